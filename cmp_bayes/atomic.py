@@ -1,0 +1,79 @@
+"""Atomic file output: write to a temporary file beside the target, then rename.
+
+A crash mid-write leaves the previous file (or none), never half a file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+
+@contextlib.contextmanager
+def atomic_path(target: str | Path, suffix: str | None = None) -> Iterator[Path]:
+    """Yield a temporary path beside ``target``; rename it onto ``target`` on success.
+
+    The temporary file is removed if the body raises. The rename is atomic on
+    POSIX file systems because both paths share a directory.
+    """
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(
+        prefix=f".{target.name}.", suffix=suffix or ".tmp", dir=target.parent
+    )
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        os.replace(tmp_path, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp_path.unlink()
+        raise
+
+
+def write_text_atomic(target: str | Path, text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``target`` atomically and return the path."""
+    with atomic_path(target) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+    return Path(target)
+
+
+def write_with(target: str | Path, writer: Callable[[Path], object]) -> Path:
+    """Call ``writer(tmp_path)`` and move the result onto ``target`` atomically."""
+    with atomic_path(target, suffix=Path(target).suffix + ".tmp") as tmp:
+        writer(tmp)
+    return Path(target)
+
+
+@contextlib.contextmanager
+def atomic_dir(target: str | Path) -> Iterator[Path]:
+    """Yield a temporary directory beside ``target``; swap it into place on success.
+
+    An existing ``target`` is replaced only after the new one is complete.
+    """
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        yield tmp
+        if target.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old.", dir=target.parent))
+            old.rmdir()
+            os.replace(target, old)
+            os.replace(tmp, target)
+            _rmtree(old)
+        else:
+            os.replace(tmp, target)
+    except BaseException:
+        _rmtree(tmp)
+        raise
+
+
+def _rmtree(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,1 @@
+"""The ``cmp-bayes`` command line: one module per verb, dispatched by :mod:`.main`."""

@@ -1,0 +1,95 @@
+"""Entry point of the ``cmp-bayes`` command.
+
+Each verb lives in its own module ``cmp_bayes.cli.<verb>`` exposing
+``add_arguments(parser)`` and ``run(args) -> int``; a verb's module (and the
+heavy libraries it needs) is imported only when that verb runs, so ``--help``
+stays fast.
+
+Conventions every verb follows: a user error (:class:`CmpBayesError`, a bad
+option, a missing file) prints exactly one line on stderr and exits 2, never a
+traceback; outputs are written atomically.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from cmp_bayes.errors import CmpBayesError
+
+#: verb -> (module, one-line help). Order is the pipeline's order.
+VERBS: dict[str, tuple[str, str]] = {
+    "simulate": ("cmp_bayes.cli.simulate", "simulate a memory system under CMP and write its log"),
+    "diagnose": ("cmp_bayes.cli.diagnose", "check retrieval positivity: which memories are identified"),
+    "estimate": ("cmp_bayes.cli.estimate", "frequentist estimates (Hajek, IPW, logged baselines) to CSV"),
+    "evaluate": ("cmp_bayes.cli.evaluate", "AUC of required vs non-required memories against labels"),
+    "fit": ("cmp_bayes.cli.fit", "fit the hierarchical rho x tau model; posterior to NetCDF"),
+    "decide": ("cmp_bayes.cli.decide", "retain / forget / defer decisions from a posterior"),
+    "recommend": ("cmp_bayes.cli.recommend", "rank memories by the value of exposing them next"),
+    "report": ("cmp_bayes.cli.report", "write the HTML + Markdown diagnostic report of a posterior"),
+    "demo": ("cmp_bayes.cli.demo", "the whole pipeline on the bundled example (or on LOG)"),
+}
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse prints usage plus a message on error; we print one line and exit 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        sys.stderr.write(f"cmp-bayes {self.prog.split()[-1]}: error: {message}\n")
+        raise SystemExit(2)
+
+
+def _available_verbs() -> dict[str, tuple[str, str]]:
+    found = {}
+    for verb, (module, help_) in VERBS.items():
+        if importlib.util.find_spec(module) is not None:
+            found[verb] = (module, help_)
+    return found
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full parser (imports every verb module, which are light by design)."""
+    from cmp_bayes import __version__
+
+    parser = _OneLineParser(
+        prog="cmp-bayes",
+        description="Bayesian analysis of Causal Memory Policy exposure logs.",
+    )
+    parser.add_argument("--version", action="version", version=f"cmp-bayes {__version__}")
+    sub = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_OneLineParser)
+    for verb, (module, help_) in _available_verbs().items():
+        p = sub.add_parser(verb, help=help_, description=help_)
+        importlib.import_module(module).add_arguments(p)
+        p.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit status (0 ok, 2 user error)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "verb", None):
+        parser.print_help()
+        return 2
+    module = importlib.import_module(args._module)
+    try:
+        return int(module.run(args) or 0)
+    except CmpBayesError as exc:
+        sys.stderr.write(f"cmp-bayes {args.verb}: error: {_one_line(str(exc))}\n")
+        return 2
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError) as exc:
+        sys.stderr.write(f"cmp-bayes {args.verb}: error: {_one_line(str(exc))}\n")
+        return 2
+    except KeyboardInterrupt:
+        sys.stderr.write(f"cmp-bayes {args.verb}: interrupted\n")
+        return 130
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

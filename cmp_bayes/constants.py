@@ -1,0 +1,25 @@
+"""Constants shared across the package: one place for each convention."""
+
+from __future__ import annotations
+
+from typing import Final
+
+#: Interval probability used by every summary, plot and report (ArviZ 1 defaults to 0.89).
+CI_PROB: Final[float] = 0.90
+#: Interval kind used by every summary: equal-tailed.
+CI_KIND: Final[str] = "eti"
+
+#: Identification statuses, from the exposure design (never from the posterior).
+IDENTIFIED: Final[str] = "identified"
+RETRIEVED_ONLY: Final[str] = "retrieved-only"
+UNIDENTIFIED: Final[str] = "unidentified"
+STATUSES: Final[tuple[str, ...]] = (IDENTIFIED, RETRIEVED_ONLY, UNIDENTIFIED)
+
+#: Slot sources allowed by the log spec.
+RETRIEVER: Final[str] = "retriever"
+EXPOSURE: Final[str] = "exposure"
+SOURCES: Final[tuple[str, ...]] = (RETRIEVER, EXPOSURE)
+
+#: Default output folders of the CLI, relative to the working directory.
+MODELS_DIR: Final[str] = "models"
+REPORTS_DIR: Final[str] = "reports"
