@@ -30,6 +30,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "recommend": ("cmp_bayes.cli.recommend", "rank memories by the value of exposing them next"),
     "report": ("cmp_bayes.cli.report", "write the HTML + Markdown diagnostic report of a posterior"),
     "demo": ("cmp_bayes.cli.demo", "the whole pipeline on the bundled example (or on LOG)"),
+    "replicate": ("cmp_bayes.cli.replicate", "measure positivity and CMP on real benchmark data"),
 }
 
 
