@@ -38,6 +38,8 @@ _LAZY: dict[str, str] = {
     "SimulationConfig": "cmp_bayes.simulate.simulator",
     "PRESETS": "cmp_bayes.simulate.presets",
     "store_randomization": "cmp_bayes.simulate.store_randomization",
+    "memory_truth": "cmp_bayes.simulate.truth",
+    "load_world": "cmp_bayes.simulate.simulator",
     # estimators and evaluation
     "estimate": "cmp_bayes.estimators",
     "evaluate": "cmp_bayes.evaluation",

@@ -1,0 +1,36 @@
+"""Named simulation settings (``cmp-bayes simulate --preset NAME``).
+
+* ``tiny``: 40 memories, 8 queries, 25 repeats (200 steps): tests, seconds.
+* ``locomo-like``: one shared store of 600 dialogue turns, 200 questions asked
+  10 times, 1-3 required turns each (LoCoMo's shape); the lexical gap is tuned
+  so about two thirds of required memories are never retrieved (paper: 67%).
+* ``longmemeval-like``: 250 questions, each with its own haystack of 40 memories
+  that exists only while its question is asked (96 repeats); 8 retriever + 2
+  exposure slots, so each of the 32 pool memories of a haystack gets 6
+  exposures; about half the required memories are never retrieved (paper: 54%).
+* ``churn``: a shared store whose memories are created and deleted over time.
+* ``fractional``: ``tiny`` with Beta outcomes (token-F1-like scores) and noise.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "tiny": {},
+    "locomo-like": {
+        "memories": 600, "queries": 200, "repeats": 10, "slots": 10, "exposure_slots": 2,
+        "required_per_query": 2, "lexical_gap": 0.62, "store": "shared", "groups": 4,
+        "effect_size": 0.25, "harmful_share": 0.03, "ranking_depth": 50,
+    },
+    "longmemeval-like": {
+        "memories": 40, "queries": 250, "repeats": 96, "slots": 10, "exposure_slots": 2,
+        "required_per_query": 2, "lexical_gap": 0.58, "store": "per-query", "groups": 5,
+        "effect_size": 0.25, "harmful_share": 0.05, "ranking_depth": 0,
+    },
+    "churn": {
+        "memories": 200, "queries": 40, "repeats": 20, "slots": 8, "exposure_slots": 2,
+        "churn": 0.5, "store": "shared",
+    },
+    "fractional": {"outcomes": "fractional", "noise": 0.05},
+}

@@ -1,0 +1,409 @@
+"""A structural causal model of a memory-augmented LLM run under CMP.
+
+query -> retriever ranking (:mod:`.retriever`) -> context (top ``B - k``
+retrieved + ``k`` exposures dealt by :class:`ExposureScheduler`) -> outcome
+(:mod:`.reader`). Per (query, memory) effects ``u(m, q)``: most memories do
+almost nothing (``Normal(0, null_sd)``, continuous so interval coverage of true
+values is meaningful), ``required_per_query`` required memories per query help
+(``Normal(effect_size, effect_size / 4)``, at least ``effect_size / 4``), and a
+``harmful_share`` of the others hurt (``-Normal(effect_size / 2, effect_size / 8)``).
+
+Stores: ``shared`` (one store of ``memories`` memories for all queries, LoCoMo-
+like; with ``churn`` a share of them is created and deleted over time) or
+``per-query`` (each query has its own haystack of ``memories`` memories,
+created when its block of ``repeats`` consecutive steps starts and deleted when
+it ends, LongMemEval-like). The whole run is vectorised: no loop over steps.
+
+``labels`` carries ``required`` and the true per-pair conditional utility
+``utility`` (see :mod:`.truth` for its exact definition and how the
+memory-level truth follows from it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+
+from cmp_bayes.constants import EXPOSURE, RETRIEVER
+from cmp_bayes.errors import ConfigError
+from cmp_bayes.log.schema import (
+    CONTEXT_COLUMNS,
+    MEMORY_COLUMNS,
+    RANKING_COLUMNS,
+    STEP_COLUMNS,
+    ExposureLog,
+    coerce,
+)
+from cmp_bayes.simulate.reader import ReaderModel
+from cmp_bayes.simulate.retriever import Retriever
+
+SIMULATION_FILE = "simulation.json"
+GROUP_NAMES = ("single-hop", "multi-hop", "temporal", "open-domain", "adversarial", "preference")
+
+
+@dataclass(frozen=True)
+class SimulationConfig:
+    """Knobs of the simulator (TOML/JSON friendly: plain numbers and strings).
+
+    Attributes
+    ----------
+    memories : int
+        Store size (``shared``) or haystack size per query (``per-query``).
+    queries, repeats : int
+        Distinct queries and how often each is asked; ``steps = queries * repeats``.
+    slots, exposure_slots : int
+        ``B`` and ``k``.
+    assignment : {"balanced", "bernoulli"}
+    pool_share : float
+        Share of the exposable memories put in the exposure pool.
+    lexical_gap : float
+        Share of required memories the retriever scores mid-list (rarely retrieved).
+    required_per_query : int
+        Required memories per query (at least 1).
+    effect_size : float
+        Mean effect of a required memory on the success probability.
+    harmful_share : float
+        Share of non-required memories with a negative effect.
+    null_sd : float
+        Sd of the small effects of all other memories.
+    noise : float
+        Sd of the step-level shock of the success probability.
+    outcomes : {"binary", "fractional"}
+    concentration : float
+        Beta concentration for fractional outcomes.
+    store : {"shared", "per-query"}
+    churn : float
+        Share of memories (shared store) created and deleted during the run.
+    ranking_depth : int
+        Length of the logged ranking (0 = the whole store).
+    groups : int
+        Number of query groups (kinds); group shifts the base success rate.
+    base_rate : float
+        Mean success probability without any memory.
+    """
+
+    memories: int = 40
+    queries: int = 8
+    repeats: int = 25
+    slots: int = 6
+    exposure_slots: int = 2
+    assignment: Literal["balanced", "bernoulli"] = "balanced"
+    pool_share: float = 1.0
+    lexical_gap: float = 0.5
+    required_per_query: int = 2
+    effect_size: float = 0.25
+    harmful_share: float = 0.05
+    null_sd: float = 0.01
+    noise: float = 0.0
+    outcomes: Literal["binary", "fractional"] = "binary"
+    concentration: float = 20.0
+    store: Literal["shared", "per-query"] = "shared"
+    churn: float = 0.0
+    ranking_depth: int = 50
+    groups: int = 3
+    base_rate: float = 0.3
+
+    def __post_init__(self) -> None:
+        def need(ok: bool, msg: str) -> None:
+            if not ok:
+                raise ConfigError(f"SimulationConfig: {msg}")
+
+        need(self.memories >= 1 and self.queries >= 1 and self.repeats >= 1, "memories, queries, repeats must be >= 1")
+        need(self.slots >= 1 and 0 <= self.exposure_slots <= self.slots, "need 1 <= slots and 0 <= exposure_slots <= slots")
+        need(self.assignment in ("balanced", "bernoulli"), "assignment must be 'balanced' or 'bernoulli'")
+        need(self.store in ("shared", "per-query"), "store must be 'shared' or 'per-query'")
+        need(self.outcomes in ("binary", "fractional"), "outcomes must be 'binary' or 'fractional'")
+        for name in ("pool_share", "lexical_gap", "harmful_share", "churn"):
+            need(0.0 <= getattr(self, name) <= 1.0, f"{name} must be in [0, 1]")
+        need(1 <= self.required_per_query <= self.memories, "required_per_query must be in [1, memories]")
+        need(self.noise >= 0 and self.null_sd >= 0 and self.concentration > 0, "noise, null_sd >= 0, concentration > 0")
+        need(1 <= self.groups <= len(GROUP_NAMES), f"groups must be in [1, {len(GROUP_NAMES)}]")
+        need(self.ranking_depth >= 0, "ranking_depth must be >= 0")
+        need(self.store == "shared" or self.churn == 0, "churn applies to a shared store only")
+
+    @property
+    def steps(self) -> int:
+        """Number of steps, ``queries * repeats``."""
+        return self.queries * self.repeats
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict of every field."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SimulationConfig:
+        """Build from a dict (unknown keys are an error)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(data) - names
+        if unknown:
+            raise ConfigError(f"SimulationConfig: unknown field(s) {sorted(unknown)}")
+        return cls(**data)
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> SimulationConfig:
+        """A named preset (:data:`cmp_bayes.simulate.presets.PRESETS`) with overrides."""
+        from cmp_bayes.simulate.presets import PRESETS
+
+        if name not in PRESETS:
+            raise ConfigError(f"unknown preset {name!r}; choose from {sorted(PRESETS)}")
+        return cls.from_dict({**PRESETS[name], **overrides})
+
+
+@dataclass
+class World:
+    """Everything fixed before the first step: queries, store, effects, retriever.
+
+    Pair arrays are (query, candidate): candidate ``j`` of query ``q`` is memory
+    ``cand[q, j]``; a memory sits at the same column for every query that has it
+    (``col[m]``).
+    """
+
+    config: SimulationConfig
+    seed: int
+    memory_ids: np.ndarray  # (memory,) str
+    query_ids: np.ndarray  # (query,) str
+    query_group: np.ndarray  # (query,) str
+    base: np.ndarray  # (query,) base success probability
+    retriever: Retriever
+    util: np.ndarray  # (query, candidate) true effect u(m, q)
+    required: np.ndarray  # (query, candidate) bool
+    col: np.ndarray  # (memory,) column of each memory in the pair arrays
+    created: np.ndarray  # (memory,) int64
+    deleted: np.ndarray  # (memory,) int64, = steps when never deleted
+    step_query: np.ndarray  # (step,) query index
+    reader: ReaderModel
+
+    @property
+    def n_memories(self) -> int:
+        return len(self.memory_ids)
+
+
+def build_world(config: SimulationConfig, seed: int) -> World:
+    """Draw the world of a simulation (deterministic in ``seed``)."""
+    c = config
+    rng = np.random.default_rng([seed, 1])
+    nq, T = c.queries, c.steps
+    query_ids = np.array([f"q{i:0{len(str(nq - 1))}d}" for i in range(nq)])
+    group_idx = rng.integers(0, c.groups, size=nq)
+    query_group = np.array(GROUP_NAMES)[group_idx]
+    shift = np.linspace(-0.1, 0.1, c.groups)[group_idx] if c.groups > 1 else np.zeros(nq)
+    base = np.clip(rng.normal(c.base_rate + shift, 0.08), 0.05, 0.8)
+    if c.store == "shared":
+        nm, hc = c.memories, c.memories
+        width = len(str(nm - 1))
+        memory_ids = np.array([f"m{i:0{width}d}" for i in range(nm)])
+        cand = np.broadcast_to(np.arange(nm), (nq, nm)).copy()
+        col = np.arange(nm)
+    else:
+        hc = c.memories
+        nm = nq * hc
+        qw, mw = len(str(nq - 1)), len(str(hc - 1))
+        memory_ids = np.array([f"q{q:0{qw}d}-m{j:0{mw}d}" for q in range(nq) for j in range(hc)])
+        cand = np.arange(nm).reshape(nq, hc)
+        col = np.tile(np.arange(hc), nq)
+    # required memories: distinct within a query, drawn among its candidates
+    req_pos = np.argsort(rng.random((nq, hc)), axis=1)[:, : c.required_per_query]
+    required = np.zeros((nq, hc), dtype=bool)
+    np.put_along_axis(required, req_pos, True, axis=1)
+    # harmful memories are a property of the memory (misleading content)
+    harmful_mem = rng.random(nm) < c.harmful_share
+    harmful = harmful_mem[cand] & ~required
+    util = rng.normal(0.0, c.null_sd, size=(nq, hc))
+    es = c.effect_size
+    util[required] = np.maximum(rng.normal(es, es / 4, size=required.sum()), es / 4)
+    util[harmful] = -np.abs(rng.normal(es / 2, es / 8, size=harmful.sum()))
+    gap = required & (rng.random((nq, hc)) < c.lexical_gap)
+    score = rng.normal(0.0, 1.0, size=(nq, hc))
+    score[harmful] = rng.normal(0.5, 1.0, size=harmful.sum())
+    score[required & ~gap] = rng.normal(3.0, 0.5, size=(required & ~gap).sum())
+    score[gap] = rng.normal(0.1, 0.5, size=gap.sum())
+    # steps: shared store asks the queries in random order; per-query stores ask
+    # each query in one block of consecutive steps
+    rng_steps = np.random.default_rng([seed, 2])
+    if c.store == "shared":
+        step_query = rng_steps.permutation(np.repeat(np.arange(nq), c.repeats))
+        created = np.zeros(nm, dtype=np.int64)
+        deleted = np.full(nm, T, dtype=np.int64)
+        churn = rng.random(nm) < c.churn
+        n_ch = int(churn.sum())
+        created[churn] = rng.integers(0, max(1, T // 2), size=n_ch)
+        deleted[churn] = np.minimum(T, created[churn] + rng.integers(max(1, T // 4), T + 1, size=n_ch))
+    else:
+        order = rng_steps.permutation(nq)
+        step_query = np.repeat(order, c.repeats)
+        start = np.empty(nq, dtype=np.int64)
+        start[order] = np.arange(nq) * c.repeats
+        created = np.repeat(start, hc)
+        deleted = created + c.repeats
+    reader = ReaderModel(noise=c.noise, outcomes=c.outcomes, concentration=c.concentration)
+    return World(
+        config=c, seed=seed, memory_ids=memory_ids, query_ids=query_ids, query_group=query_group,
+        base=base, retriever=Retriever(cand=cand, score=score), util=util, required=required,
+        col=col, created=created, deleted=deleted, step_query=step_query, reader=reader,
+    )
+
+
+def _rankings(world: World, steps: np.ndarray) -> np.ndarray:
+    """Each step's ranking over the store as global memory indices, ``-1`` padded."""
+    q = world.step_query[steps]
+    cand = world.retriever.cand[q]
+    alive = (world.created[cand] <= steps[:, None]) & (steps[:, None] < world.deleted[cand])
+    pos = world.retriever.rank_in_store(q, alive)
+    return np.where(pos >= 0, np.take_along_axis(cand, np.maximum(pos, 0), axis=1), -1)
+
+
+def simulate(
+    config: SimulationConfig | str = "tiny", out: str | Path | None = None, seed: int = 0,
+    format: Literal["jsonl", "parquet"] = "jsonl",
+) -> ExposureLog:
+    """Simulate a memory system under CMP and return (and optionally write) its log.
+
+    Parameters
+    ----------
+    config : SimulationConfig or str
+        Settings, or a preset name (:data:`~cmp_bayes.simulate.presets.PRESETS`).
+    out : path, optional
+        Write the complete log directory there (``write_log``), plus
+        ``simulation.json`` (config and seed, from which the world is re-derived).
+    seed : int
+        Seed of everything (world, design, outcomes).
+    format : {"jsonl", "parquet"}
+        On-disk form when ``out`` is given.
+
+    Returns
+    -------
+    ExposureLog
+        With ``labels`` (``required``, true per-pair ``utility``), ``memories``,
+        ``design``, ``rankings``; ``attrs["simulation"]`` holds the config and seed
+        and ``attrs["world"]`` the :class:`World` (retriever included).
+    """
+    cfg = SimulationConfig.preset(config) if isinstance(config, str) else config
+    if not isinstance(cfg, SimulationConfig):
+        raise ConfigError(f"config must be a SimulationConfig or a preset name, got {type(config).__name__}")
+    from cmp_bayes.design.scheduler import ExposureScheduler
+
+    w = build_world(cfg, int(seed))
+    T, k, B = cfg.steps, cfg.exposure_slots, cfg.slots
+    steps = np.arange(T)
+    ranking = _rankings(w, steps)  # (T, candidates)
+    nret = B - k
+    retrieved = ranking[:, :nret]
+    nm = w.n_memories
+    # exposable: in the store at some step without being retrieved there
+    in_store = np.maximum(w.deleted - w.created, 0)
+    ret_count = np.bincount(retrieved[retrieved >= 0], minlength=nm)
+    rng_pool = np.random.default_rng([seed, 3])
+    exposable = np.flatnonzero((in_store - ret_count > 0) & (rng_pool.random(nm) < cfg.pool_share))
+    pool_pos = np.full(nm + 1, -1, dtype=np.int64)  # last entry maps -1 padding
+    pool_pos[exposable] = np.arange(exposable.size)
+    lifetimes = None
+    if not np.all((w.created == 0) & (w.deleted == T)):
+        lifetimes = {
+            str(w.memory_ids[m]): (int(w.created[m]), int(w.deleted[m])) for m in exposable
+        }
+    sched = ExposureScheduler(
+        B, k, [str(x) for x in w.memory_ids[exposable]], T, cfg.assignment,
+        seed=int(np.random.default_rng([seed, 4]).integers(2**31)), lifetimes=lifetimes,
+    )
+    exp_step, exp_pool = sched.deal(pool_pos[retrieved] if k else None)
+    exp_mem = exposable[exp_pool]
+    design = sched.design()
+    if cfg.assignment == "balanced" and k:
+        # the design's propensity is what was delivered: n_m / T_m
+        delivered = np.bincount(exp_pool, minlength=exposable.size)
+        design["pool"] = {
+            str(w.memory_ids[m]): float(delivered[i] / in_store[m])
+            for i, m in enumerate(exposable) if delivered[i] > 0
+        }
+    prop_of = _prop_array(w.memory_ids, design["pool"])
+
+    # contexts: retriever slots then exposure slots
+    r_step, r_rank = np.nonzero(retrieved >= 0)
+    r_mem = retrieved[r_step, r_rank]
+    n_ret_step = np.bincount(r_step, minlength=T)
+    first = np.r_[0, np.flatnonzero(np.diff(exp_step)) + 1] if exp_step.size else np.zeros(0, np.int64)
+    within = np.arange(exp_step.size) - np.repeat(first, np.diff(np.r_[first, exp_step.size]))
+    ctx_step = np.r_[r_step, exp_step]
+    ctx_slot = np.r_[r_rank, n_ret_step[exp_step] + within]
+    ctx_mem = np.r_[r_mem, exp_mem]
+    is_exp = np.r_[np.zeros(r_step.size, bool), np.ones(exp_step.size, bool)]
+    order = np.lexsort((ctx_slot, ctx_step))
+    ctx_step, ctx_slot, ctx_mem, is_exp = ctx_step[order], ctx_slot[order], ctx_mem[order], is_exp[order]
+    ctx_rank = np.where(is_exp, -1, ctx_slot)
+
+    # outcomes
+    q_of = w.step_query
+    u_ctx = w.util[q_of[ctx_step], w.col[ctx_mem]]
+    s = w.base[q_of] + np.bincount(ctx_step, weights=u_ctx, minlength=T)
+    y = w.reader.sample(s, np.random.default_rng([seed, 5]))
+
+    contexts = coerce(pd.DataFrame({
+        "step": ctx_step, "slot": ctx_slot, "memory_id": w.memory_ids[ctx_mem],
+        "source": np.where(is_exp, EXPOSURE, RETRIEVER),
+        "rank": pd.Series(np.where(is_exp, 0, ctx_rank), dtype="Int64").where(~is_exp, pd.NA),
+        "propensity": pd.Series(prop_of[ctx_mem], dtype="Float64").where(is_exp, pd.NA),
+    }), CONTEXT_COLUMNS)
+    steps_df = coerce(pd.DataFrame({
+        "step": steps, "query_id": w.query_ids[q_of], "outcome": y, "group": w.query_group[q_of],
+    }), STEP_COLUMNS)
+    depth = ranking.shape[1] if cfg.ranking_depth == 0 else min(cfg.ranking_depth, ranking.shape[1])
+    rk_step, rk_rank = np.nonzero(ranking[:, :depth] >= 0)
+    rankings = coerce(pd.DataFrame({
+        "step": rk_step, "rank": rk_rank, "memory_id": w.memory_ids[ranking[rk_step, rk_rank]],
+    }), RANKING_COLUMNS)
+    memories = coerce(pd.DataFrame({
+        "memory_id": w.memory_ids, "created_step": w.created,
+        "deleted_step": pd.Series(w.deleted, dtype="Int64").where(w.deleted < T, pd.NA),
+    }), MEMORY_COLUMNS)
+    from cmp_bayes.simulate.truth import pair_utilities
+
+    labels = pair_utilities(w, ranking, ctx_step, ctx_mem, is_exp, s)
+    log = ExposureLog(
+        steps=steps_df, contexts=contexts, rankings=rankings, memories=memories,
+        design=design if k else None, labels=labels,
+    )
+    log.attrs["simulation"] = {"config": cfg.to_dict(), "seed": int(seed)}
+    log.attrs["world"] = w
+    log.attrs["scheduler_shortfall"] = dict(sched.shortfall)
+    if out is not None:
+        write_simulation(log, out, format=format)
+    return log
+
+
+def _prop_array(memory_ids: np.ndarray, pool: dict[str, float]) -> np.ndarray:
+    out = np.zeros(len(memory_ids))
+    if pool:
+        ids = np.array(list(pool), dtype=memory_ids.dtype)
+        out[np.searchsorted(memory_ids, ids)] = np.array(list(pool.values()))
+    return out
+
+
+def write_simulation(log: ExposureLog, out: str | Path, format: Literal["jsonl", "parquet"] = "jsonl") -> Path:
+    """Write a simulated log directory (``write_log``) plus ``simulation.json``."""
+    from cmp_bayes.atomic import write_text_atomic
+    from cmp_bayes.log.write import write_log
+
+    path = write_log(log, out, format=format)
+    meta = {**log.attrs["simulation"], "note": "simulator settings; the world is re-derived from config + seed"}
+    write_text_atomic(Path(path) / SIMULATION_FILE, json.dumps(meta, indent=1) + "\n")
+    return Path(path)
+
+
+def load_world(log: ExposureLog) -> World:
+    """The :class:`World` behind a simulated log (from ``attrs`` or ``simulation.json``)."""
+    if "world" in log.attrs:
+        return log.attrs["world"]
+    meta = log.attrs.get("simulation")
+    if meta is None and log.source is not None:
+        f = Path(log.source) / SIMULATION_FILE
+        if f.is_file():
+            meta = json.loads(f.read_text(encoding="utf-8"))
+    if meta is None:
+        raise ConfigError("not a simulated log: no simulation.json / attrs['simulation']")
+    return build_world(SimulationConfig.from_dict(meta["config"]), int(meta["seed"]))
