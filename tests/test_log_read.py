@@ -35,24 +35,53 @@ DESIGN = {
 
 def _steps() -> list[dict]:
     return [
-        {"step": 0, "query_id": "q1", "outcome": 1, "group": "g", "context": [
-            {"memory_id": "m0", "source": "retriever", "rank": 0},
-            {"memory_id": "m1", "source": "exposure", "propensity": 0.25}]},
-        {"step": 1, "query_id": "q2", "outcome": 0, "context": [
-            {"memory_id": "m0", "source": "retriever", "rank": 0},
-            {"memory_id": "m3", "source": "exposure", "propensity": 0.5}]},
-        {"step": 2, "query_id": "q1", "outcome": 0.5, "context": [
-            {"memory_id": "m4", "source": "retriever", "rank": 0},
-            {"memory_id": "m2", "source": "exposure", "propensity": 0.25}],
-         "ranking": ["m4", "m0", "m5"]},
-        {"step": 3, "query_id": "q2", "outcome": 1, "context": [
-            {"memory_id": "m0", "source": "retriever", "rank": 0},
-            {"memory_id": "m3", "source": "exposure", "propensity": 0.5}]},
+        {
+            "step": 0,
+            "query_id": "q1",
+            "outcome": 1,
+            "group": "g",
+            "context": [
+                {"memory_id": "m0", "source": "retriever", "rank": 0},
+                {"memory_id": "m1", "source": "exposure", "propensity": 0.25},
+            ],
+        },
+        {
+            "step": 1,
+            "query_id": "q2",
+            "outcome": 0,
+            "context": [
+                {"memory_id": "m0", "source": "retriever", "rank": 0},
+                {"memory_id": "m3", "source": "exposure", "propensity": 0.5},
+            ],
+        },
+        {
+            "step": 2,
+            "query_id": "q1",
+            "outcome": 0.5,
+            "context": [
+                {"memory_id": "m4", "source": "retriever", "rank": 0},
+                {"memory_id": "m2", "source": "exposure", "propensity": 0.25},
+            ],
+            "ranking": ["m4", "m0", "m5"],
+        },
+        {
+            "step": 3,
+            "query_id": "q2",
+            "outcome": 1,
+            "context": [
+                {"memory_id": "m0", "source": "retriever", "rank": 0},
+                {"memory_id": "m3", "source": "exposure", "propensity": 0.5},
+            ],
+        },
     ]
 
 
-def make_log_dir(root: Path, steps: list[dict] | None = None, design: dict | None = DESIGN,
-                 raw_lines: list[str] | None = None) -> Path:
+def make_log_dir(
+    root: Path,
+    steps: list[dict] | None = None,
+    design: dict | None = DESIGN,
+    raw_lines: list[str] | None = None,
+) -> Path:
     """A JSONL log written by plain json.dumps, independent of our writer."""
     root.mkdir(parents=True, exist_ok=True)
     lines = raw_lines if raw_lines is not None else [json.dumps(s) for s in (steps or _steps())]
@@ -65,7 +94,8 @@ def make_log_dir(root: Path, steps: list[dict] | None = None, design: dict | Non
 def _digest(root: Path) -> dict[str, str]:
     return {
         p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(root.rglob("*")) if p.is_file()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
     }
 
 
@@ -89,57 +119,164 @@ def _slot(j, key, value=None, delete=False):
             s["context"][j].pop(key)
         else:
             s["context"][j][key] = value
+
     return fn
 
 
 # (id, steps or raw lines, design, expected line, expected field fragment, message fragment)
 VARIANTS = [
-    ("malformed-json", None, ["{\"step\": 0, \"query_id\": \"q1\"", *[json.dumps(s) for s in _steps()[1:]]],
-     DESIGN, 1, None, "malformed JSON"),
+    (
+        "malformed-json",
+        None,
+        ['{"step": 0, "query_id": "q1"', *[json.dumps(s) for s in _steps()[1:]]],
+        DESIGN,
+        1,
+        None,
+        "malformed JSON",
+    ),
     ("missing-step", _mutate(1, _del("step")), None, DESIGN, 2, "step", "missing"),
     ("missing-query", _mutate(2, _del("query_id")), None, DESIGN, 3, "query_id", "missing"),
     ("missing-outcome", _mutate(0, _del("outcome")), None, DESIGN, 1, "outcome", "missing"),
     ("missing-context", _mutate(3, _del("context")), None, DESIGN, 4, "context", "missing"),
-    ("missing-memory-id", _mutate(1, _slot(0, "memory_id", delete=True)), None, DESIGN, 2,
-     "context[0].memory_id", "missing"),
-    ("missing-source", _mutate(1, _slot(1, "source", delete=True)), None, DESIGN, 2,
-     "context[1].source", "missing"),
+    (
+        "missing-memory-id",
+        _mutate(1, _slot(0, "memory_id", delete=True)),
+        None,
+        DESIGN,
+        2,
+        "context[0].memory_id",
+        "missing",
+    ),
+    (
+        "missing-source",
+        _mutate(1, _slot(1, "source", delete=True)),
+        None,
+        DESIGN,
+        2,
+        "context[1].source",
+        "missing",
+    ),
     ("type-step-string", _mutate(1, _set("step", "1")), None, DESIGN, 2, "step", "integer"),
     ("type-step-float", _mutate(1, _set("step", 1.5)), None, DESIGN, 2, "step", "integer"),
     ("type-outcome-string", _mutate(2, _set("outcome", "1")), None, DESIGN, 3, "outcome", "number"),
     ("type-outcome-bool", _mutate(2, _set("outcome", True)), None, DESIGN, 3, "outcome", "number"),
     ("type-query-int", _mutate(0, _set("query_id", 5)), None, DESIGN, 1, "query_id", "string"),
     ("type-context-object", _mutate(0, _set("context", {})), None, DESIGN, 1, "context", "array"),
-    ("type-rank-string", _mutate(0, _slot(0, "rank", "0")), None, DESIGN, 1, "context[0].rank", "integer"),
+    (
+        "type-rank-string",
+        _mutate(0, _slot(0, "rank", "0")),
+        None,
+        DESIGN,
+        1,
+        "context[0].rank",
+        "integer",
+    ),
     ("type-group-int", _mutate(0, _set("group", 3)), None, DESIGN, 1, "group", "string"),
     ("outcome-above-1", _mutate(3, _set("outcome", 1.5)), None, DESIGN, 4, "outcome", "[0, 1]"),
     ("outcome-negative", _mutate(1, _set("outcome", -0.1)), None, DESIGN, 2, "outcome", "[0, 1]"),
-    ("outcome-nan", None, [json.dumps(s) for s in _steps()[:2]]
-     + [json.dumps(_steps()[2]).replace('"outcome": 0.5', '"outcome": NaN'), json.dumps(_steps()[3])],
-     DESIGN, 3, "outcome", "finite"),
-    ("outcome-infinity", None, [json.dumps(s) for s in _steps()[:3]]
-     + [json.dumps(_steps()[3]).replace('"outcome": 1', '"outcome": Infinity')],
-     DESIGN, 4, "outcome", "finite"),
+    (
+        "outcome-nan",
+        None,
+        [json.dumps(s) for s in _steps()[:2]]
+        + [
+            json.dumps(_steps()[2]).replace('"outcome": 0.5', '"outcome": NaN'),
+            json.dumps(_steps()[3]),
+        ],
+        DESIGN,
+        3,
+        "outcome",
+        "finite",
+    ),
+    (
+        "outcome-infinity",
+        None,
+        [json.dumps(s) for s in _steps()[:3]]
+        + [json.dumps(_steps()[3]).replace('"outcome": 1', '"outcome": Infinity')],
+        DESIGN,
+        4,
+        "outcome",
+        "finite",
+    ),
     ("step-repeats", _mutate(2, _set("step", 1)), None, DESIGN, 3, "step", "repeats"),
     ("step-backwards", _mutate(3, _set("step", 0)), None, DESIGN, 4, "step", "backwards"),
-    ("memory-twice", _mutate(1, _slot(1, "memory_id", "m0")), None, DESIGN, 2,
-     "context[1].memory_id", "twice"),
-    ("unknown-source", _mutate(0, _slot(0, "source", "oracle")), None, DESIGN, 1,
-     "context[0].source", "unknown source"),
-    ("exposure-no-propensity", _mutate(2, _slot(1, "propensity", delete=True)), None, DESIGN, 3,
-     "context[1].propensity", "no propensity"),
-    ("propensity-zero", _mutate(2, _slot(1, "propensity", 0)), None, DESIGN, 3,
-     "context[1].propensity", "(0, 1]"),
-    ("propensity-above-1", _mutate(2, _slot(1, "propensity", 1.5)), None, DESIGN, 3,
-     "context[1].propensity", "(0, 1]"),
-    ("propensity-disagrees", _mutate(3, _slot(1, "propensity", 0.25)), None, DESIGN, 4,
-     "context[1].propensity", "disagrees"),
-    ("exposure-not-in-pool", _mutate(3, _slot(1, "memory_id", "m9")), None, DESIGN, 4,
-     "context[1].memory_id", "not in the pool"),
+    (
+        "memory-twice",
+        _mutate(1, _slot(1, "memory_id", "m0")),
+        None,
+        DESIGN,
+        2,
+        "context[1].memory_id",
+        "twice",
+    ),
+    (
+        "unknown-source",
+        _mutate(0, _slot(0, "source", "oracle")),
+        None,
+        DESIGN,
+        1,
+        "context[0].source",
+        "unknown source",
+    ),
+    (
+        "exposure-no-propensity",
+        _mutate(2, _slot(1, "propensity", delete=True)),
+        None,
+        DESIGN,
+        3,
+        "context[1].propensity",
+        "no propensity",
+    ),
+    (
+        "propensity-zero",
+        _mutate(2, _slot(1, "propensity", 0)),
+        None,
+        DESIGN,
+        3,
+        "context[1].propensity",
+        "(0, 1]",
+    ),
+    (
+        "propensity-above-1",
+        _mutate(2, _slot(1, "propensity", 1.5)),
+        None,
+        DESIGN,
+        3,
+        "context[1].propensity",
+        "(0, 1]",
+    ),
+    (
+        "propensity-disagrees",
+        _mutate(3, _slot(1, "propensity", 0.25)),
+        None,
+        DESIGN,
+        4,
+        "context[1].propensity",
+        "disagrees",
+    ),
+    (
+        "exposure-not-in-pool",
+        _mutate(3, _slot(1, "memory_id", "m9")),
+        None,
+        DESIGN,
+        4,
+        "context[1].memory_id",
+        "not in the pool",
+    ),
     ("exposure-without-design", None, None, None, 1, "context[1].source", "no design.json"),
-    ("too-many-exposures", _mutate(0, lambda s: s["context"].append(
-        {"memory_id": "m3", "source": "exposure", "propensity": 0.5})), None, DESIGN, 1,
-     "context", "more exposure slots"),
+    (
+        "too-many-exposures",
+        _mutate(
+            0,
+            lambda s: s["context"].append(
+                {"memory_id": "m3", "source": "exposure", "propensity": 0.5}
+            ),
+        ),
+        None,
+        DESIGN,
+        1,
+        "context",
+        "more exposure slots",
+    ),
 ]
 
 
@@ -148,7 +285,9 @@ VARIANTS = [
     [v[1:] for v in VARIANTS],
     ids=[v[0] for v in VARIANTS],
 )
-def test_cli_rejects_each_malformed_variant(tmp_path, capsys, steps, raw, design, line, field, fragment):
+def test_cli_rejects_each_malformed_variant(
+    tmp_path, capsys, steps, raw, design, line, field, fragment
+):
     root = make_log_dir(tmp_path / "log", steps=steps, design=design, raw_lines=raw)
     before = _digest(root)
     status = main(["diagnose", str(root)])
@@ -241,12 +380,16 @@ def test_bare_steps_file_and_memory_ids(tmp_path):
 # ------------------------------------------------------------------ Parquet
 
 
-def _parquet_log(root: Path, outcome_type: pa.DataType | None = None, outcomes=(1, 0, 0.5, 1)) -> Path:
+def _parquet_log(
+    root: Path, outcome_type: pa.DataType | None = None, outcomes=(1, 0, 0.5, 1)
+) -> Path:
     outcome_type = outcome_type or pa.float64()
     log = read_log(make_log_dir(root.parent / (root.name + "_src")))
     write_log(log, root, format="parquet")
     t = pq.read_table(root / "steps.parquet")
-    t = t.set_column(t.schema.get_field_index("outcome"), "outcome", pa.array(list(outcomes), outcome_type))
+    t = t.set_column(
+        t.schema.get_field_index("outcome"), "outcome", pa.array(list(outcomes), outcome_type)
+    )
     pq.write_table(t, root / "steps.parquet")
     return root
 
@@ -274,8 +417,10 @@ def test_parquet_part_files_error_names_part_and_row(tmp_path):
     pq.write_table(ctx.slice(0, 4), tmp_path / "pq" / "contexts" / "part-000.parquet")
     tail = ctx.slice(4).to_pandas()
     tail.loc[1, "source"] = "oracle"
-    pq.write_table(pa.Table.from_pandas(tail, schema=ctx.schema, preserve_index=False),
-                   tmp_path / "pq" / "contexts" / "part-001.parquet")
+    pq.write_table(
+        pa.Table.from_pandas(tail, schema=ctx.schema, preserve_index=False),
+        tmp_path / "pq" / "contexts" / "part-001.parquet",
+    )
     with pytest.raises(LogError) as exc:
         read_log(tmp_path / "pq")
     assert exc.value.file.endswith("part-001.parquet") and exc.value.row == 1
@@ -297,17 +442,40 @@ def random_logs(draw) -> ExposureLog:
     for s in step_ids:
         y = draw(st.one_of(st.sampled_from([0.0, 1.0]), st.floats(0, 1)))
         g = draw(st.one_of(st.none(), st.sampled_from(["a", "b"])))
-        steps.append({"step": s, "query_id": draw(st.sampled_from(["q1", "q2", "q3"])), "outcome": y, "group": g})
+        steps.append(
+            {
+                "step": s,
+                "query_id": draw(st.sampled_from(["q1", "q2", "q3"])),
+                "outcome": y,
+                "group": g,
+            }
+        )
         members = draw(st.lists(ids, unique=True, max_size=5))
         n_exp = 0
         for j, m in enumerate(members):
             if m in pool and n_exp < k and draw(st.booleans()):
-                ctx.append({"step": s, "slot": j, "memory_id": m, "source": "exposure",
-                            "rank": None, "propensity": pool[m]})
+                ctx.append(
+                    {
+                        "step": s,
+                        "slot": j,
+                        "memory_id": m,
+                        "source": "exposure",
+                        "rank": None,
+                        "propensity": pool[m],
+                    }
+                )
                 n_exp += 1
             else:
-                ctx.append({"step": s, "slot": j, "memory_id": m, "source": "retriever",
-                            "rank": draw(st.one_of(st.none(), st.integers(0, 50))), "propensity": None})
+                ctx.append(
+                    {
+                        "step": s,
+                        "slot": j,
+                        "memory_id": m,
+                        "source": "retriever",
+                        "rank": draw(st.one_of(st.none(), st.integers(0, 50))),
+                        "propensity": None,
+                    }
+                )
         if draw(st.booleans()):
             rk = draw(st.lists(ids, unique=True, max_size=6))
             ranks += [{"step": s, "rank": r, "memory_id": m} for r, m in enumerate(rk)]
@@ -320,27 +488,55 @@ def random_logs(draw) -> ExposureLog:
         coerce,
         empty_frame,
     )
-    mem = coerce(pd.DataFrame([{"memory_id": f"m{i}", "created_step": 0,
-                                "deleted_step": None if i % 2 else 1000,
-                                "text": "t\u00e9xt \"q\"" if i % 3 == 0 else None,
-                                "meta": {"i": i} if i % 4 == 0 else None} for i in range(12)]),
-                 MEMORY_COLUMNS)
+
+    mem = coerce(
+        pd.DataFrame(
+            [
+                {
+                    "memory_id": f"m{i}",
+                    "created_step": 0,
+                    "deleted_step": None if i % 2 else 1000,
+                    "text": 't\u00e9xt "q"' if i % 3 == 0 else None,
+                    "meta": {"i": i} if i % 4 == 0 else None,
+                }
+                for i in range(12)
+            ]
+        ),
+        MEMORY_COLUMNS,
+    )
     mem["meta"] = mem["meta"].astype(object)
-    labels = coerce(pd.DataFrame([{"query_id": "q1", "memory_id": "m2", "required": True, "utility": 0.3},
-                                  {"query_id": "q2", "memory_id": "m5", "required": False, "utility": None}]),
-                    LABEL_COLUMNS)
+    labels = coerce(
+        pd.DataFrame(
+            [
+                {"query_id": "q1", "memory_id": "m2", "required": True, "utility": 0.3},
+                {"query_id": "q2", "memory_id": "m5", "required": False, "utility": None},
+            ]
+        ),
+        LABEL_COLUMNS,
+    )
     return ExposureLog(
         steps=coerce(pd.DataFrame(steps), STEP_COLUMNS),
-        contexts=coerce(pd.DataFrame(ctx), CONTEXT_COLUMNS) if ctx else empty_frame(CONTEXT_COLUMNS),
+        contexts=coerce(pd.DataFrame(ctx), CONTEXT_COLUMNS)
+        if ctx
+        else empty_frame(CONTEXT_COLUMNS),
         rankings=coerce(pd.DataFrame(ranks), RANKING_COLUMNS) if ranks else None,
         memories=mem,
-        design={"slots": 8, "exposure_slots": k, "assignment": "balanced", "steps": 101, "seed": 1, "pool": pool},
+        design={
+            "slots": 8,
+            "exposure_slots": k,
+            "assignment": "balanced",
+            "steps": 101,
+            "seed": 1,
+            "pool": pool,
+        },
         labels=labels,
     )
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(log=random_logs())
 def test_round_trip_is_lossless(tmp_path_factory, fmt, log):
     out = tmp_path_factory.mktemp("rt") / "log"
@@ -356,7 +552,9 @@ def test_round_trip_is_lossless(tmp_path_factory, fmt, log):
     # writing what was read gives the same bytes: the form is canonical
     write_log(back, out.with_name("again"), format=fmt)
     if fmt == "jsonl":
-        assert (out / "steps.jsonl").read_bytes() == (out.with_name("again") / "steps.jsonl").read_bytes()
+        assert (out / "steps.jsonl").read_bytes() == (
+            out.with_name("again") / "steps.jsonl"
+        ).read_bytes()
 
 
 def test_write_log_is_atomic_on_failure(tmp_path, monkeypatch):

@@ -1,1 +1,123 @@
-"""estimators."""
+"""Frequentist estimators of each memory's conditional utility, on the sufficient statistics.
+
+``estimate(log, by, method)`` is the entry point; each method lives in its own
+module (``hajek``, ``ipw``, ``logged``) and maps an ``exposure_stats``
+Dataset to (estimate, std_error) arrays.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
+    import xarray as xr
+
+    from cmp_bayes.log.schema import ExposureLog
+
+Method = Literal["hajek", "ipw", "logged-success", "logged-diff"]
+METHODS: tuple[str, ...] = ("hajek", "ipw", "logged-success", "logged-diff")
+#: columns of every estimates table, in order (``query_id`` / ``group`` after memory_id with by)
+COLUMNS: tuple[str, ...] = (
+    "memory_id",
+    "status",
+    "retrieved",
+    "exposed",
+    "control",
+    "in_store",
+    "estimate",
+    "std_error",
+    "method",
+)
+
+
+def _method(method: str, balanced: bool) -> Callable[[xr.Dataset], tuple[np.ndarray, np.ndarray]]:
+    from cmp_bayes.errors import ConfigError
+    from cmp_bayes.estimators.hajek import hajek
+    from cmp_bayes.estimators.ipw import ipw
+    from cmp_bayes.estimators.logged import logged_diff, logged_success
+
+    table = {
+        "hajek": lambda s: hajek(s, balanced=balanced),
+        "ipw": ipw,
+        "logged-success": logged_success,
+        "logged-diff": logged_diff,
+    }
+    if method not in table:
+        raise ConfigError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+    return table[method]
+
+
+def estimate_from_stats(stats: xr.Dataset, method: Method = "hajek", balanced: bool = True) -> pd.DataFrame:
+    """The estimates table from precomputed ``exposure_stats`` (see :func:`estimate`)."""
+    import numpy as np
+    import pandas as pd
+
+    from cmp_bayes.diagnostics.positivity import identification_status
+
+    est, se = _method(method, balanced)(stats)
+    status = identification_status(stats).to_numpy()
+    memory = stats["memory"].to_numpy()
+    cell_dim = next((d for d in stats["exposed"].dims if d != "memory"), None)
+    cols = {
+        "status": status,
+        "retrieved": stats["retrieved"].to_numpy(),
+        "exposed": stats["exposed"].to_numpy(),
+        "control": stats["control"].to_numpy(),
+        "in_store": stats["in_store"].to_numpy(),
+        "estimate": est,
+        "std_error": se,
+    }
+    if cell_dim is None:
+        frame = pd.DataFrame({"memory_id": memory, **cols})
+    else:
+        # only cells where the memory was in the store at some step of the query / group
+        mi, ci = np.nonzero(stats["in_store"].to_numpy() > 0)
+        key = "query_id" if cell_dim == "query" else "group"
+        frame = pd.DataFrame(
+            {
+                "memory_id": memory[mi],
+                key: stats[cell_dim].to_numpy()[ci],
+                **{k: v[mi, ci] for k, v in cols.items()},
+            }
+        )
+    frame["method"] = method
+    return frame.astype({"memory_id": "string", "status": "string", "method": "string"})
+
+
+def estimate(log: ExposureLog, by: Literal["query", "group"] | None = None, method: Method = "hajek") -> pd.DataFrame:
+    """Estimate each memory's (or memory-query / memory-group cell's) conditional utility.
+
+    Parameters
+    ----------
+    log : ExposureLog
+        The log (``cmp_bayes.read_log``).
+    by : {None, "query", "group"}
+        Estimate per memory, per (memory, query) or per (memory, group); with
+        ``by`` only cells with the memory in the store at some step appear.
+    method : {"hajek", "ipw", "logged-success", "logged-diff"}
+        ``hajek``: exposed-arm mean minus control-arm mean, exact variance
+        under balanced assignment, conservative otherwise
+        (:mod:`cmp_bayes.estimators.hajek`); ``ipw``: Horvitz-Thompson with
+        the design propensity (:mod:`cmp_bayes.estimators.ipw`);
+        ``logged-success`` / ``logged-diff``: the baselines of systems without
+        CMP (:mod:`cmp_bayes.estimators.logged`).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``memory_id`` [``query_id`` | ``group``], ``status``
+        (identification status of the cell), ``retrieved``, ``exposed``,
+        ``control``, ``in_store`` (numbers of steps), ``estimate`` (outcome
+        units; NaN where the method is undefined, e.g. no exposure),
+        ``std_error`` (same units; NaN where undefined), ``method``.
+    """
+    from cmp_bayes.statistics import exposure_stats
+
+    balanced = (log.design or {}).get("assignment") == "balanced"
+    return estimate_from_stats(exposure_stats(log, by=by), method=method, balanced=balanced)
+
+
+__all__ = ["COLUMNS", "METHODS", "estimate", "estimate_from_stats"]
