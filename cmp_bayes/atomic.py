@@ -28,6 +28,8 @@ def atomic_path(target: str | Path, suffix: str | None = None) -> Iterator[Path]
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        # mkstemp creates 0600; give the file the mode a plain open() would have
+        os.chmod(tmp_path, 0o666 & ~_umask())
         os.replace(tmp_path, target)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
@@ -60,6 +62,7 @@ def atomic_dir(target: str | Path) -> Iterator[Path]:
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
         yield tmp
+        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp creates 0700
         if target.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old.", dir=target.parent))
             old.rmdir()
@@ -71,6 +74,13 @@ def atomic_dir(target: str | Path) -> Iterator[Path]:
     except BaseException:
         _rmtree(tmp)
         raise
+
+
+def _umask() -> int:
+    # os.umask can only be read by setting it; restore at once
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _rmtree(path: Path) -> None:
