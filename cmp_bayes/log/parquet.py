@@ -68,8 +68,10 @@ def _check_columns(
 
 
 def _locate(frame: pd.DataFrame, files: list[Path], fidx: np.ndarray, ridx: np.ndarray) -> pd.DataFrame:
+    # a categorical keeps one string per part file instead of one per row
+    names = list(dict.fromkeys(str(f) for f in files))
     return frame.assign(
-        _file=np.asarray([str(f) for f in files], dtype=object)[fidx] if len(fidx) else [],
+        _file=pd.Categorical.from_codes(fidx, categories=names) if len(fidx) else [],
         _kind="row",
         _loc=ridx,
     )

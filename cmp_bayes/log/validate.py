@@ -92,7 +92,10 @@ def check_contexts(
         fail_at(contexts, is_exp, "context[{slot}].source",
                 "exposure slot but the log has no design.json")
     pool = design.get("pool", {})
-    pool_p = contexts["memory_id"].astype(str).map(pool).to_numpy(dtype=float, na_value=np.nan)
+    # look up only the exposure slots: retriever slots are most rows and need no pool value
+    pool_p = np.full(len(contexts), np.nan)
+    exp_ids = contexts["memory_id"].to_numpy()[is_exp]
+    pool_p[is_exp] = pd.Series(exp_ids).map(pool).to_numpy(dtype=float, na_value=np.nan)
     fail_at(contexts, is_exp & np.isnan(pool_p), "context[{slot}].memory_id",
             f"exposed memory '{{memory_id}}' is not in the pool of {design_file}")
     disagree = is_exp & ~np.isclose(pv, pool_p, rtol=PROPENSITY_RTOL, atol=0.0)
