@@ -1,0 +1,66 @@
+"""``cmp-bayes fit LOG``: fit the hierarchical rho x tau model, save the posterior."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("log", help="exposure log (directory, steps.jsonl, or Parquet directory)")
+    parser.add_argument("-o", "--output", default=None, help="posterior file (default models/<log name>.nc)")
+    parser.add_argument("--sampler", choices=("nutpie", "pymc", "numpyro", "advi"), default=None)
+    parser.add_argument("--draws", type=int, default=None, help="draws per chain (default 1000)")
+    parser.add_argument("--tune", type=int, default=None, help="tuning steps per chain (default 1000)")
+    parser.add_argument("--chains", type=int, default=None, help="chains (default 2)")
+    parser.add_argument("--seed", type=int, default=None, help="random seed (default 0)")
+    parser.add_argument("--by", choices=("query",), default=None, help="per-query variant")
+    parser.add_argument("--config", default=None, help="TOML file with [model] and [sampler] tables")
+    parser.add_argument("--thin", type=int, default=1, help="keep every N-th draw in the saved file")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+
+def run(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    import arviz_stats as azs
+    import numpy as np
+
+    from cmp_bayes.log.read import read_log
+    from cmp_bayes.model.config import FitConfig, load_config
+    from cmp_bayes.model.fit import default_output, fit
+    from cmp_bayes.posterior.io import save_posterior
+
+    cfg = load_config(args.config) if args.config else FitConfig()
+    overrides = {
+        k: v
+        for k, v in {
+            "sampler": args.sampler, "draws": args.draws, "tune": args.tune,
+            "chains": args.chains, "seed": args.seed,
+        }.items()
+        if v is not None
+    }
+    if args.no_progress:
+        overrides["progressbar"] = False
+    scfg = type(cfg.sampler).from_dict({**dataclasses.asdict(cfg.sampler), **overrides}, source="options")
+    log = read_log(args.log)
+    tree = fit(log, config=cfg.model, by=args.by, sampler_config=scfg)
+    out = save_posterior(tree, args.output or default_output(args.log), thin=args.thin)
+    print(f"wrote {out}")
+    print(health_line(tree, azs, np))
+    return 0
+
+
+def health_line(tree, azs, np) -> str:
+    """One line: max R-hat over the hyperparameters and the number of divergences."""
+    post = tree["posterior"].to_dataset()
+    hyper = [v for v in post.data_vars if "memory" not in post[v].dims]
+    if post.sizes["chain"] > 1 and hyper:
+        rh = azs.rhat(tree, var_names=hyper)
+        max_rhat = max(float(np.nanmax(rh[v].values)) for v in rh.data_vars)
+        rhat_txt = f"max R-hat {max_rhat:.3f} over {len(hyper)} hyperparameters"
+    else:
+        rhat_txt = "R-hat n/a (one chain)"
+    div = int(tree["sample_stats"]["diverging"].sum())
+    n = int(tree["sample_stats"]["diverging"].size)
+    flag = "ok" if div == 0 and "n/a" not in rhat_txt and max_rhat < 1.01 else "check"
+    return f"health: {flag}: {rhat_txt}; {div} divergences in {n} draws"

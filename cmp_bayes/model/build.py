@@ -1,0 +1,287 @@
+"""Build the PyMC graph of the rho x tau model from a ModelConfig and the statistics.
+
+Hyperparameters theta are the only random variables NUTS sees:
+
+* tau: a three-component mixture prior on the grid (null ~ Normal(0, s0);
+  helps ~ Normal(mu_h, s_h) restricted to tau > 0; hurts ~ Normal(-mu_n, s_n)
+  restricted to tau < 0) whose weights are a softmax of covariates (retriever
+  rank) and group effects per memory. Each memory's tau is integrated out on the
+  grid: the marginal likelihood sum_m log sum_g prior_mg(theta) exp(L_mg) enters
+  as a ``pm.Potential`` and, because prior_mg = sum_k w_mk p_kg, costs one
+  (M x G) @ (G x 3) product.
+* rho: retrieved_m ~ BetaBinomial(in_store_m, mu_m kappa, (1 - mu_m) kappa),
+  logit mu_m linear in the same covariates plus group effects; rho_m is
+  integrated out in closed form (conjugate).
+
+Everything a per-draw recovery needs (component pmfs, weights, Beta
+parameters) comes from :func:`prior_terms`, called once with the model's random
+variables and once with plain symbolic inputs (for the compiled recovery
+function), so both use the same formulas.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pymc as pm
+import pytensor.tensor as pt
+import xarray as xr
+
+from cmp_bayes.model.config import ModelConfig
+from cmp_bayes.model.grid import TauGrid, arm_arrays, likelihood_patterns, log_likelihood
+
+#: Mixture components of the tau prior, in order.
+COMPONENTS: tuple[str, ...] = ("null", "helps", "hurts")
+#: Non-null components (those with weights against "null").
+EFFECT_KINDS: tuple[str, ...] = ("helps", "hurts")
+
+
+@dataclass
+class ModelData:
+    """Arrays the graph and the recovery share; all over the memory dim in stats order.
+
+    Attributes
+    ----------
+    memory : ndarray of str, shape (M,)
+    grid : TauGrid
+    loglik : ndarray, shape (M, G)
+        Exposed-arm log-likelihood on the grid (rows without exposures are 0),
+        ``pattern_loglik[pattern]``.
+    pattern_loglik : ndarray, shape (P, G)
+        The distinct likelihood rows (see :func:`cmp_bayes.model.grid.likelihood_patterns`).
+    pattern : ndarray of int, shape (M,)
+    informative : ndarray of int
+        Rows of ``loglik`` with at least one exposure.
+    covariates : ndarray, shape (M, P)
+        Standardised covariates (P may be 0).
+    covariate_names : list of str
+    group_index : ndarray of int, shape (M,)
+        Index of each memory's main group into ``groups`` (all 0 without groups).
+    groups : list of str
+        Group names; group effects are used only when there are >= 2.
+    retrieved, in_store : ndarray, shape (M,)
+    arms : dict of ndarray
+        Arm counts and sums (see :func:`cmp_bayes.model.grid.arm_arrays`).
+    outcome_kind : str
+    """
+
+    memory: np.ndarray
+    grid: TauGrid
+    loglik: np.ndarray
+    pattern_loglik: np.ndarray
+    pattern: np.ndarray
+    informative: np.ndarray
+    covariates: np.ndarray
+    covariate_names: list[str]
+    group_index: np.ndarray
+    groups: list[str]
+    retrieved: np.ndarray
+    in_store: np.ndarray
+    arms: dict[str, np.ndarray]
+    outcome_kind: str
+
+    @property
+    def use_groups(self) -> bool:
+        return len(self.groups) >= 2
+
+
+def rank_covariates(stats: xr.Dataset) -> tuple[np.ndarray, list[str]]:
+    """Retriever-rank covariates per memory, standardised, constant columns dropped.
+
+    ``log_rank``: log1p(median 0-based rank) over the steps whose ranking lists the
+    memory, standardised over ranked memories and 0 for never-ranked ones;
+    ``never_ranked``: 1 when no ranking lists the memory, centred.
+
+    Returns
+    -------
+    (ndarray of shape (M, P), list of P names)
+    """
+    ranked = np.asarray(stats["ranked"].values) > 0
+    med = np.asarray(stats["rank_median"].values, dtype=np.float64)
+    cols, names = [], []
+    if ranked.sum() >= 2:
+        lr = np.log1p(np.where(ranked, med, 0.0))
+        mu, sd = lr[ranked].mean(), lr[ranked].std()
+        if sd > 0:
+            cols.append(np.where(ranked, (lr - mu) / sd, 0.0))
+            names.append("log_rank")
+    never = (~ranked).astype(np.float64)
+    if 0 < never.sum() < never.size:
+        cols.append(never - never.mean())
+        names.append("never_ranked")
+    if not cols:
+        return np.zeros((ranked.size, 0)), []
+    return np.column_stack(cols), names
+
+
+def model_data(stats: xr.Dataset, config: ModelConfig, memory_group: np.ndarray | None) -> ModelData:
+    """Precompute everything the graph needs from a memory-level statistics Dataset."""
+    grid = TauGrid.make(config.grid_size, config.grid_curvature)
+    arms = arm_arrays(stats)
+    kind = str(stats.attrs.get("outcome_kind", "binary"))
+    first, pattern = likelihood_patterns(arms, kind, config.pattern_resolution)
+    rep = {k: v[first] for k, v in arms.items()}
+    pattern_loglik = log_likelihood(rep, grid, kind, config.baseline_nodes)
+    if config.use_rank:
+        x, names = rank_covariates(stats)
+    else:
+        x, names = np.zeros((stats.sizes["memory"], 0)), []
+    if memory_group is not None and config.use_groups:
+        groups, gidx = np.unique(np.asarray(memory_group, dtype=str), return_inverse=True)
+        groups = [str(g) for g in groups]
+    else:
+        groups, gidx = [""], np.zeros(stats.sizes["memory"], dtype=np.int64)
+    return ModelData(
+        memory=np.asarray(stats["memory"].values).astype(str),
+        grid=grid,
+        loglik=pattern_loglik[pattern],
+        pattern_loglik=pattern_loglik,
+        pattern=pattern,
+        informative=np.flatnonzero(arms["exposed"] > 0),
+        covariates=x,
+        covariate_names=names,
+        group_index=np.asarray(gidx, dtype=np.int64),
+        groups=groups,
+        retrieved=np.asarray(stats["retrieved"].values, dtype=np.float64),
+        in_store=np.asarray(stats["in_store"].values, dtype=np.float64),
+        arms=arms,
+        outcome_kind=kind,
+    )
+
+
+def hyper_shapes(data: ModelData) -> dict[str, tuple[int, ...]]:
+    """Name -> shape of every hyperparameter the graph samples."""
+    p, g = len(data.covariate_names), len(data.groups)
+    shapes: dict[str, tuple[int, ...]] = {
+        "tau_null_sd": (),
+        "tau_helps_mean": (),
+        "tau_helps_sd": (),
+        "tau_hurts_mean": (),
+        "tau_hurts_sd": (),
+        "weight_intercept": (2,),
+        "rho_intercept": (),
+        "rho_kappa": (),
+    }
+    if p:
+        shapes["weight_coef"] = (2, p)
+        shapes["rho_coef"] = (p,)
+    if data.use_groups:
+        shapes["weight_group_sd"] = ()
+        shapes["weight_group_z"] = (2, g)
+        shapes["rho_group_sd"] = ()
+        shapes["rho_group_z"] = (g,)
+    return shapes
+
+
+def _normal_logpmf(points: np.ndarray, log_widths: np.ndarray, mask: np.ndarray, mu, sd):
+    """Log pmf on the grid of a Normal(mu, sd) density restricted to ``mask`` (cells)."""
+    z = (points - mu) / sd
+    logd = -0.5 * z**2 + log_widths
+    logd = pt.where(mask, logd, -np.inf)
+    return logd - pt.logsumexp(logd)
+
+
+def prior_terms(h: dict, data: ModelData, rows: np.ndarray | None = None) -> dict:
+    """Symbolic prior quantities from hyperparameters ``h`` (name -> tensor).
+
+    ``rows`` restricts the per-memory outputs to those memories (indexing the
+    constants in numpy keeps gather/scatter ops out of the gradient).
+
+    Returns
+    -------
+    dict with
+        ``log_pmf`` (3, G): log pmf of each mixture component on the grid;
+        ``log_weight`` (M, 3): log mixture weights per memory (null, helps, hurts);
+        ``rho_a``, ``rho_b`` (M,): Beta prior parameters of each memory's rho.
+    """
+    grid = data.grid
+    lw = np.log(grid.widths)
+    pts = grid.points
+    log_pmf = pt.stack(
+        [
+            _normal_logpmf(pts, lw, np.ones_like(pts, dtype=bool), 0.0, h["tau_null_sd"]),
+            _normal_logpmf(pts, lw, pts > 0, h["tau_helps_mean"], h["tau_helps_sd"]),
+            _normal_logpmf(pts, lw, pts < 0, -h["tau_hurts_mean"], h["tau_hurts_sd"]),
+        ]
+    )
+    rows = np.arange(data.memory.size) if rows is None else rows
+    m = rows.size
+    eta = pt.zeros((m, 2)) + h["weight_intercept"][None, :]
+    rho_eta = pt.zeros((m,)) + h["rho_intercept"]
+    if data.covariate_names:
+        x = pt.as_tensor_variable(data.covariates[rows])
+        eta = eta + pt.dot(x, h["weight_coef"].T)
+        rho_eta = rho_eta + pt.dot(x, h["rho_coef"])
+    if data.use_groups:
+        gi = data.group_index[rows]
+        eta = eta + (h["weight_group_sd"] * h["weight_group_z"]).T[gi]
+        rho_eta = rho_eta + (h["rho_group_sd"] * h["rho_group_z"])[gi]
+    full = pt.concatenate([pt.zeros((m, 1)), eta], axis=1)
+    log_weight = full - pt.logsumexp(full, axis=1, keepdims=True)
+    mu = pt.sigmoid(rho_eta)
+    return {
+        "log_pmf": log_pmf,
+        "log_weight": log_weight,
+        "rho_a": mu * h["rho_kappa"],
+        "rho_b": (1 - mu) * h["rho_kappa"],
+    }
+
+
+def _betaln(a, b):
+    return pt.gammaln(a) + pt.gammaln(b) - pt.gammaln(a + b)
+
+
+def build_model(data: ModelData, config: ModelConfig) -> pm.Model:
+    """The PyMC model over the hyperparameters (see the module docstring)."""
+    coords = {
+        "memory": data.memory,
+        "component": list(COMPONENTS),
+        "effect_kind": list(EFFECT_KINDS),
+    }
+    if data.covariate_names:
+        coords["covariate"] = data.covariate_names
+    if data.use_groups:
+        coords["memory_group"] = data.groups
+    c = config
+    with pm.Model(coords=coords) as model:
+        h = {
+            "tau_null_sd": pm.LogNormal("tau_null_sd", mu=np.log(c.null_sd[0]), sigma=c.null_sd[1]),
+            "tau_helps_mean": pm.LogNormal("tau_helps_mean", mu=np.log(c.help_mean[0]), sigma=c.help_mean[1]),
+            "tau_helps_sd": pm.LogNormal("tau_helps_sd", mu=np.log(c.help_sd[0]), sigma=c.help_sd[1]),
+            "tau_hurts_mean": pm.LogNormal("tau_hurts_mean", mu=np.log(c.harm_mean[0]), sigma=c.harm_mean[1]),
+            "tau_hurts_sd": pm.LogNormal("tau_hurts_sd", mu=np.log(c.harm_sd[0]), sigma=c.harm_sd[1]),
+            "weight_intercept": pm.Normal(
+                "weight_intercept", mu=c.weight_intercept[0], sigma=c.weight_intercept[1],
+                dims="effect_kind",
+            ),
+            "rho_intercept": pm.Normal("rho_intercept", mu=c.rho_intercept[0], sigma=c.rho_intercept[1]),
+            "rho_kappa": pm.LogNormal("rho_kappa", mu=np.log(c.rho_kappa[0]), sigma=c.rho_kappa[1]),
+        }
+        if data.covariate_names:
+            h["weight_coef"] = pm.Normal("weight_coef", 0.0, c.coef_sd, dims=("effect_kind", "covariate"))
+            h["rho_coef"] = pm.Normal("rho_coef", 0.0, c.coef_sd, dims="covariate")
+        if data.use_groups:
+            # non-centred: few groups, weakly informed sd
+            h["weight_group_sd"] = pm.HalfNormal("weight_group_sd", c.group_sd)
+            h["weight_group_z"] = pm.Normal("weight_group_z", 0, 1, dims=("effect_kind", "memory_group"))
+            h["rho_group_sd"] = pm.HalfNormal("rho_group_sd", c.group_sd)
+            h["rho_group_z"] = pm.Normal("rho_group_z", 0, 1, dims="memory_group")
+        rows = data.informative
+        if rows.size:
+            terms = prior_terms(h, data, rows)
+            # the likelihood integrals are computed once per distinct pattern, then gathered
+            used, local = np.unique(data.pattern[rows], return_inverse=True)
+            lik = np.exp(data.pattern_loglik[used])  # (P, G) in [0, 1], row max 1
+            comp_p = pt.dot(pt.as_tensor_variable(lik), pt.exp(terms["log_pmf"]).T)  # (P, 3)
+            comp = comp_p[local.reshape(-1)]  # (Mi, 3)
+            mix = pt.sum(pt.exp(terms["log_weight"]) * comp, axis=1)
+            # the floor only matters for rows whose likelihood is negligible under every component
+            pm.Potential("tau_marginal", pt.sum(pt.log(pt.maximum(mix, 1e-300))))
+        keep = np.flatnonzero(data.in_store > 0)
+        if keep.size:
+            terms = prior_terms(h, data, keep)
+            y, n = data.retrieved[keep], data.in_store[keep]
+            a, b = terms["rho_a"], terms["rho_b"]
+            pm.Potential("rho_marginal", pt.sum(_betaln(y + a, n - y + b) - _betaln(a, b)))
+    return model

@@ -1,0 +1,249 @@
+"""What the hierarchical model is (``ModelConfig``) and how it is fitted (``SamplerConfig``).
+
+Both are plain dataclasses, JSON-serialisable (they travel as root attributes
+of every saved posterior) and loadable from a TOML file a user writes::
+
+    [model]
+    grid_size = 121
+    use_rank = true
+
+    [sampler]
+    sampler = "nutpie"
+    draws = 1000
+
+The PyMC graph is built from a ``ModelConfig`` by :mod:`cmp_bayes.model.build`;
+nothing here imports PyMC, so another backend could read the same description.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cmp_bayes.errors import ConfigError
+
+SAMPLERS: tuple[str, ...] = ("nutpie", "pymc", "numpyro", "advi")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The model's description: grid, likelihood and priors (see docs/model.md).
+
+    Attributes
+    ----------
+    grid_size : int
+        Number of quadrature points G of the tau grid on [-1, 1] (odd, so 0 is a point).
+    grid_curvature : float
+        The grid is ``sinh(c * u) / sinh(c)`` for u evenly spaced on [-1, 1]; larger c
+        puts more points near 0 (c = 5, G = 121: spacing 0.0011 at 0, 0.08 at +-1).
+    baseline_nodes : int
+        Quadrature nodes K over the control-arm baseline b_m (its Beta posterior);
+        binary outcomes only.
+    pattern_resolution : float
+        Memories whose arms give the same likelihood up to this resolution of the
+        control-arm mean share one likelihood row (cost per gradient stops growing
+        with M); 0 = only identical arms (exact). See ``grid.likelihood_patterns``.
+    use_rank : bool
+        Let the mixture weights (and retrievability) depend on the retriever's rank
+        covariates (log1p median rank, never-ranked indicator) when the log has rankings.
+    use_groups : bool
+        Add hierarchical group effects (per memory's main query group) when the log has
+        at least two groups.
+    null_sd : tuple of float
+        LogNormal prior (median, log-sd) of the null component's sd (outcome units).
+        Default (0.01, 0.3): "does nothing" means an effect of a point or two on the
+        success rate (95% prior range of the sd 0.006-0.018). It must be informative:
+        with a handful of binary exposures per memory the data cannot tell a null sd
+        of 0.01 from 0.03 (see docs/model.md, "Why the priors are informative").
+    help_mean, harm_mean : tuple of float
+        LogNormal prior (median, log-sd) of the location of the helpful component
+        (tau > 0) and of the magnitude of the harmful component (tau < 0, centred at
+        minus it). Positive by construction, so "helps" and "hurts" stay separated from
+        "null": a memory that matters moves the success rate by tens of points
+        (defaults 0.2 (95%: 0.09-0.44) and 0.1 (0.04-0.27)).
+    help_sd, harm_sd : tuple of float
+        LogNormal prior (median, log-sd) of those components' scales.
+    weight_intercept : tuple of float
+        Normal prior (mean, sd) of the log-odds of "helps" and "hurts" against "null".
+        Default (-3, 1): a few percent of a store matters to any query (e^-3 = 5%).
+    coef_sd : float
+        Normal(0, coef_sd) prior of every covariate coefficient (covariates are standardised).
+    group_sd : float
+        HalfNormal scale of the between-group sd of group effects.
+    rho_intercept : tuple of float
+        Normal prior (mean, sd) of the logit mean retrievability.
+    rho_kappa : tuple of float
+        LogNormal prior (median, log-sd) of the Beta concentration of retrievability.
+    prior_draws : int
+        Draws of the prior and prior predictive groups.
+    jitter : bool
+        Spread each posterior tau draw uniformly within its grid cell (the grid's
+        pmf stands for a piecewise-constant density).
+    """
+
+    grid_size: int = 121
+    grid_curvature: float = 5.0
+    baseline_nodes: int = 12
+    pattern_resolution: float = 0.0025
+    use_rank: bool = True
+    use_groups: bool = True
+    null_sd: tuple[float, float] = (0.01, 0.3)
+    help_mean: tuple[float, float] = (0.2, 0.4)
+    help_sd: tuple[float, float] = (0.08, 0.5)
+    harm_mean: tuple[float, float] = (0.1, 0.5)
+    harm_sd: tuple[float, float] = (0.05, 0.5)
+    weight_intercept: tuple[float, float] = (-3.0, 1.0)
+    coef_sd: float = 1.0
+    group_sd: float = 0.5
+    rho_intercept: tuple[float, float] = (-2.0, 2.0)
+    rho_kappa: tuple[float, float] = (5.0, 1.5)
+    prior_draws: int = 500
+    jitter: bool = True
+
+    def __post_init__(self) -> None:
+        if self.grid_size < 11 or self.grid_size % 2 == 0:
+            raise ConfigError(f"model.grid_size must be an odd integer >= 11, got {self.grid_size}")
+        if not self.grid_curvature > 0:
+            raise ConfigError(f"model.grid_curvature must be > 0, got {self.grid_curvature}")
+        if self.baseline_nodes < 1:
+            raise ConfigError(f"model.baseline_nodes must be >= 1, got {self.baseline_nodes}")
+        if not 0 <= self.pattern_resolution < 0.1:
+            raise ConfigError(f"model.pattern_resolution must be in [0, 0.1), got {self.pattern_resolution}")
+        if self.prior_draws < 1:
+            raise ConfigError(f"model.prior_draws must be >= 1, got {self.prior_draws}")
+        for name in ("null_sd", "help_mean", "help_sd", "harm_mean", "harm_sd", "rho_kappa"):
+            med, lsd = getattr(self, name)
+            if not (med > 0 and lsd > 0):
+                raise ConfigError(f"model.{name} must be (median > 0, log-sd > 0), got {(med, lsd)}")
+        for name in ("weight_intercept", "rho_intercept"):
+            _, sd = getattr(self, name)
+            if not sd > 0:
+                raise ConfigError(f"model.{name} must be (mean, sd > 0), got {getattr(self, name)}")
+        if not (self.coef_sd > 0 and self.group_sd > 0):
+            raise ConfigError("model.coef_sd and model.group_sd must be > 0")
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (tuples become lists)."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
+
+    def to_json(self) -> str:
+        """The config as one JSON string (stored in the posterior's root attributes)."""
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], *, source: str = "model config") -> ModelConfig:
+        """Build from a dict; unknown keys and bad values raise :class:`ConfigError`."""
+        return _from_dict(cls, data, source)
+
+
+@dataclass(frozen=True)
+class SamplerConfig:
+    """How the model is fitted.
+
+    Attributes
+    ----------
+    sampler : str
+        ``"nutpie"`` (default), ``"pymc"`` (PyMC's NUTS), ``"numpyro"`` (needs jax and
+        numpyro) or ``"advi"`` (mean-field ADVI: fast, but it underestimates posterior
+        spread of correlated hyperparameters and has no R-hat; for screening large logs).
+    draws, tune, chains : int
+        Posterior draws and tuning steps per chain; number of chains.
+    seed : int
+        Random seed of everything (sampling, grid draws, predictive draws).
+    progressbar : bool
+        Show the sampler's progress bar.
+    keep_draws : int
+        At most this many posterior draws in total (over chains) are kept for the
+        per-memory variables; more are thinned evenly (posterior size grows as
+        memories x kept draws; 10k memories x 1000 draws x 3 vars = 120 MB float32).
+    advi_iterations : int
+        Optimisation steps of ADVI.
+    """
+
+    sampler: str = "nutpie"
+    draws: int = 1000
+    tune: int = 1000
+    chains: int = 2
+    seed: int = 0
+    progressbar: bool = True
+    keep_draws: int = 1000
+    advi_iterations: int = 20_000
+
+    def __post_init__(self) -> None:
+        if self.sampler not in SAMPLERS:
+            raise ConfigError(f"sampler must be one of {', '.join(SAMPLERS)}; got {self.sampler!r}")
+        for name in ("draws", "chains", "keep_draws", "advi_iterations"):
+            if int(getattr(self, name)) < 1:
+                raise ConfigError(f"sampler.{name} must be >= 1, got {getattr(self, name)}")
+        if int(self.tune) < 0:
+            raise ConfigError(f"sampler.tune must be >= 0, got {self.tune}")
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool):
+            raise ConfigError(f"sampler.seed must be an int, got {self.seed!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        """The config as one JSON string (stored in the posterior's root attributes)."""
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], *, source: str = "sampler config") -> SamplerConfig:
+        """Build from a dict; unknown keys and bad values raise :class:`ConfigError`."""
+        return _from_dict(cls, data, source)
+
+
+@dataclass(frozen=True)
+class FitConfig:
+    """A TOML file's ``[model]`` and ``[sampler]`` tables."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    sampler: SamplerConfig = field(default_factory=SamplerConfig)
+
+
+def load_config(path: str | Path) -> FitConfig:
+    """Read ``[model]`` and ``[sampler]`` tables from a TOML file.
+
+    Raises
+    ------
+    ConfigError
+        Unreadable TOML, unknown tables or keys, bad values (the message names file and key).
+    """
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    unknown = set(data) - {"model", "sampler"}
+    if unknown:
+        raise ConfigError(f"{path}: unknown table(s) {sorted(unknown)}; expected [model], [sampler]")
+    return FitConfig(
+        model=ModelConfig.from_dict(data.get("model", {}), source=f"{path} [model]"),
+        sampler=SamplerConfig.from_dict(data.get("sampler", {}), source=f"{path} [sampler]"),
+    )
+
+
+def _from_dict(cls: type, data: dict[str, Any], source: str) -> Any:
+    names = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = set(data) - set(names)
+    if unknown:
+        raise ConfigError(f"{source}: unknown key(s) {sorted(unknown)}")
+    kwargs = {}
+    for key, value in data.items():
+        default = names[key].default
+        if isinstance(default, tuple):
+            if not isinstance(value, list | tuple) or len(value) != len(default):
+                raise ConfigError(f"{source}: key '{key}' must be a list of {len(default)} numbers")
+            value = tuple(float(v) for v in value)
+        kwargs[key] = value
+    try:
+        return cls(**kwargs)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from exc
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{source}: {exc}") from exc

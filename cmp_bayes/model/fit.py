@@ -1,0 +1,249 @@
+"""``fit``: exposure log (or its statistics) -> posterior DataTree (the contract).
+
+Steps: sufficient statistics -> precomputed grid likelihood -> NUTS (or ADVI)
+over the hyperparameters -> exact per-draw recovery of each memory's tau and
+rho -> prior, predictive and identification groups -> one DataTree with the
+root attributes of common.md section 4.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import warnings
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+
+from cmp_bayes.errors import ConfigError
+from cmp_bayes.log.schema import ExposureLog
+from cmp_bayes.model.config import ModelConfig, SamplerConfig
+
+#: Per-memory posterior variables of the contract.
+MEMORY_VARS: tuple[str, ...] = ("rho", "tau", "utility")
+
+
+def fit(
+    log: ExposureLog | xr.Dataset,
+    config: ModelConfig | None = None,
+    sampler: str = "nutpie",
+    draws: int = 1000,
+    tune: int = 1000,
+    chains: int = 2,
+    seed: int = 0,
+    progressbar: bool = True,
+    by: str | None = None,
+    keep_draws: int = 1000,
+    sampler_config: SamplerConfig | None = None,
+) -> xr.DataTree:
+    """Fit the hierarchical rho x tau model and return the posterior DataTree.
+
+    Parameters
+    ----------
+    log : ExposureLog or xarray.Dataset
+        An exposure log, or a memory-level statistics Dataset as returned by
+        ``exposure_stats(log)`` (for scale work; an optional ``memory_group``
+        variable over ``memory`` turns on group effects).
+    config : ModelConfig, optional
+        The model (defaults: ``ModelConfig()``).
+    sampler : {"nutpie", "pymc", "numpyro", "advi"}
+    draws, tune, chains : int
+        Per chain.
+    seed : int
+    progressbar : bool
+    by : {None, "query"}
+        ``"query"`` fits the per-query variant (tau per memory-query pair).
+    keep_draws : int
+        Most posterior draws kept in total (thinned evenly over chains).
+    sampler_config : SamplerConfig, optional
+        Overrides ``sampler`` ... ``keep_draws`` when given.
+
+    Returns
+    -------
+    xarray.DataTree
+        Groups posterior, prior, posterior_predictive, prior_predictive,
+        observed_data, sample_stats, identification (see docs/model.md).
+    """
+    config = config or ModelConfig()
+    scfg = sampler_config or SamplerConfig(
+        sampler=sampler, draws=draws, tune=tune, chains=chains, seed=seed,
+        progressbar=progressbar, keep_draws=keep_draws,
+    )
+    if by not in (None, "query"):
+        raise ConfigError(f"by must be None or 'query', got {by!r}")
+    if by == "query":
+        # not built yet: see docs/model.md "Per-query variant (planned)"
+        raise ConfigError("the per-query model (by='query') is not implemented yet; fit without --by")
+    stats, memory_group, meta = memory_inputs(log)
+    return fit_stats(stats, memory_group, config, scfg, meta)
+
+
+def memory_inputs(log: ExposureLog | xr.Dataset) -> tuple[xr.Dataset, np.ndarray | None, dict]:
+    """Memory-level statistics, each memory's main group (or None) and log metadata."""
+    if isinstance(log, xr.Dataset):
+        stats = log
+        group = stats["memory_group"].values if "memory_group" in stats else None
+        meta = {
+            "log_checksum": str(stats.attrs.get("log_checksum", "") or ""),
+            "log_path": str(stats.attrs.get("log_path", "") or ""),
+        }
+        return stats, group, meta
+    if not isinstance(log, ExposureLog):
+        raise ConfigError(f"fit needs an ExposureLog or a statistics Dataset, got {type(log).__name__}")
+    from cmp_bayes.statistics import exposure_stats
+
+    stats = exposure_stats(log)
+    group = None
+    if len(log.group_ids()) >= 2:
+        by_group = exposure_stats(log, by="group")
+        # a memory's main group: the group of the queries it is in the store for most often
+        steps = by_group["in_store"].transpose("memory", "group")
+        group = np.asarray(by_group["group"].values)[steps.argmax("group").values].astype(str)
+    meta = {
+        "log_checksum": str(log.checksum or stats.attrs.get("log_checksum", "") or ""),
+        "log_path": str(log.source or ""),
+    }
+    return stats, group, meta
+
+
+def _thin_step(chains: int, draws: int, keep: int) -> int:
+    return max(1, math.ceil(chains * draws / keep))
+
+
+def fit_stats(
+    stats: xr.Dataset,
+    memory_group: np.ndarray | None,
+    config: ModelConfig,
+    scfg: SamplerConfig,
+    meta: dict,
+) -> xr.DataTree:
+    """Fit on a memory-level statistics Dataset (see :func:`fit`)."""
+    import pymc as pm
+
+    from cmp_bayes.model.build import build_model, hyper_shapes, model_data
+    from cmp_bayes.model.recover import recover
+    from cmp_bayes.model.sampling import sample_hyper
+    from cmp_bayes.posterior.identification import identification_group
+
+    if stats.sizes.get("memory", 0) == 0:
+        raise ConfigError("the log has no memories to fit")
+    data = model_data(stats, config, memory_group)
+    model = build_model(data, config)
+    names = list(hyper_shapes(data))
+    post, sample_stats = sample_hyper(model, scfg)
+    step = _thin_step(post.sizes["chain"], post.sizes["draw"], scfg.keep_draws)
+    post = post[names].isel(draw=slice(None, None, step))
+    n_chain, n_draw = post.sizes["chain"], post.sizes["draw"]
+    rng = np.random.default_rng(scfg.seed)
+    flat = {n: post[n].values.reshape(n_chain * n_draw, *post[n].shape[2:]) for n in names}
+    rec = recover(data, flat, rng, use_data=True, jitter=config.jitter)
+
+    with model, warnings.catch_warnings():
+        # the prior of the hyperparameters is exactly what we want here
+        warnings.filterwarnings("ignore", message="The effect of Potentials")
+        prior_tree = pm.sample_prior_predictive(
+            draws=config.prior_draws, var_names=names, random_seed=scfg.seed + 1
+        )
+    prior = prior_tree["prior"].to_dataset()[names]
+    pflat = {n: prior[n].values.reshape(-1, *prior[n].shape[2:]) for n in names}
+    prec = recover(data, pflat, rng, use_data=False, jitter=config.jitter)
+
+    memory = xr.DataArray(data.memory.astype(object), dims="memory")
+    post = _add_memory_vars(post, rec.tau, rec.rho, memory)
+    prior = _add_memory_vars(prior, prec.tau, prec.rho, memory)
+    observed = observed_data(data, memory)
+    tree = xr.DataTree.from_dict(
+        {
+            "posterior": post,
+            "prior": prior,
+            "posterior_predictive": predictive(data, post["tau"], rng, memory),
+            "prior_predictive": predictive(data, prior["tau"], rng, memory),
+            "observed_data": observed,
+            "sample_stats": sample_stats,
+            "identification": identification_group(
+                stats, post_mean=rec.post_mean, post_sd=rec.post_sd,
+                prior_mean=rec.prior_mean, prior_sd=rec.prior_sd, p_positive=rec.p_positive,
+            ),
+        }
+    )
+    tree.attrs.update(root_attrs(config, scfg, meta, data.outcome_kind, by="memory"))
+    tree.attrs["thin_step"] = int(step)
+    return tree
+
+
+def _add_memory_vars(ds: xr.Dataset, tau: np.ndarray, rho: np.ndarray, memory: xr.DataArray) -> xr.Dataset:
+    shape = (ds.sizes["chain"], ds.sizes["draw"], memory.size)
+    dims = ("chain", "draw", "memory")
+    out = ds.assign_coords(memory=memory)
+    out["rho"] = (dims, rho.reshape(shape))
+    out["tau"] = (dims, tau.reshape(shape))
+    out["utility"] = (dims, (rho * tau).reshape(shape).astype(np.float32))
+    out["rho"].attrs["description"] = "retrievability: P(retrieved | in store)"
+    out["tau"].attrs["description"] = "conditional utility: change in expected outcome when in context"
+    out["utility"].attrs["description"] = "rho * tau"
+    return out
+
+
+def observed_data(data, memory: xr.DataArray) -> xr.Dataset:
+    """Arm counts and sums per memory (what the likelihood saw)."""
+    a = data.arms
+    return xr.Dataset(
+        {
+            "exposed": ("memory", a["exposed"].astype(np.int64)),
+            "exposed_outcome_sum": ("memory", a["exposed_outcome_sum"]),
+            "control": ("memory", a["control"].astype(np.int64)),
+            "control_outcome_sum": ("memory", a["control_outcome_sum"]),
+            "retrieved": ("memory", data.retrieved.astype(np.int64)),
+            "in_store": ("memory", data.in_store.astype(np.int64)),
+        },
+        coords={"memory": memory},
+    )
+
+
+def predictive(data, tau: xr.DataArray, rng: np.random.Generator, memory: xr.DataArray) -> xr.Dataset:
+    """Replicated exposed-arm outcome sums given tau draws (chain, draw, memory).
+
+    The baseline is drawn from its control-arm posterior Beta(y0 + 1/2, n0 - y0 + 1/2);
+    binary: Binomial(n1, p) with p = clip(b + tau); fractional: Normal(n1 p, n1 p (1 - p))
+    clipped to [0, n1] (p (1 - p) is the largest variance of an outcome in [0, 1] with mean p).
+    """
+    a = data.arms
+    n1, y0, n0 = a["exposed"], a["control_outcome_sum"], a["control"]
+    t = tau.values.astype(np.float64)
+    base = rng.beta(y0 + 0.5, np.maximum(n0 - y0, 0) + 0.5, size=t.shape)
+    p = np.clip(base + t, 0.0, 1.0)
+    if data.outcome_kind == "binary":
+        rep = rng.binomial(n1.astype(np.int64), p).astype(np.float64)
+    else:
+        rep = np.clip(rng.normal(n1 * p, np.sqrt(n1 * p * (1 - p) + 1e-12)), 0, n1)
+    ds = xr.Dataset(
+        {"exposed_outcome_sum": (tau.dims, rep.astype(np.float32))},
+        coords={"chain": tau["chain"], "draw": tau["draw"], "memory": memory},
+    )
+    return ds
+
+
+def root_attrs(config: ModelConfig, scfg: SamplerConfig, meta: dict, outcome_kind: str, by: str) -> dict:
+    """Root attributes of the posterior contract."""
+    import cmp_bayes
+
+    return {
+        "cmp_bayes_version": str(cmp_bayes.__version__),
+        "model_config": config.to_json(),
+        "sampler_config": scfg.to_json(),
+        "log_checksum": str(meta.get("log_checksum", "")),
+        "log_path": str(meta.get("log_path", "")),
+        "outcome_kind": outcome_kind,
+        "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "by": by,
+    }
+
+
+def default_output(log_path: str | Path) -> Path:
+    """``models/<log dir name>.nc`` for a log directory (or a bare steps.jsonl's folder)."""
+    from cmp_bayes.constants import MODELS_DIR
+
+    p = Path(log_path)
+    name = p.parent.name if p.is_file() else p.name
+    return Path(MODELS_DIR) / f"{name or 'posterior'}.nc"

@@ -1,0 +1,210 @@
+"""The hierarchical model: contract, identification, calibration against simulator truth.
+
+One real fit (tests/_model_fixtures.simulated_fit: 800 memories, nutpie) is
+shared by every test here and in test_posterior_io.py.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import partial
+
+import numpy as np
+import pytest
+import xarray as xr
+from _model_fixtures import SIM_QUERIES, auc, simulated_fit, synthetic_stats
+
+from cmp_bayes.constants import CI_KIND, CI_PROB, IDENTIFIED, UNIDENTIFIED
+from cmp_bayes.errors import ConfigError
+from cmp_bayes.model.config import ModelConfig, SamplerConfig, load_config
+
+
+@pytest.fixture(scope="session")
+def fitted():
+    return simulated_fit()
+
+
+def _interval(tree: xr.DataTree) -> tuple[np.ndarray, np.ndarray]:
+    assert CI_KIND == "eti"  # the equal-tailed interval below is what CI_KIND names
+    tau = tree["posterior"]["tau"].values.reshape(-1, tree["posterior"].sizes["memory"])
+    a = (1 - CI_PROB) / 2
+    return np.quantile(tau, a, axis=0), np.quantile(tau, 1 - a, axis=0)
+
+
+def test_contract_groups_vars_and_attrs(fitted) -> None:
+    log, tree, _ = fitted
+    for g in ("posterior", "prior", "posterior_predictive", "prior_predictive",
+              "observed_data", "sample_stats", "identification"):
+        assert g in tree.children, g
+    post = tree["posterior"]
+    for v in ("rho", "tau", "utility"):
+        assert post[v].dims == ("chain", "draw", "memory")
+        assert post[v].dtype == np.float32
+        assert v in tree["prior"]
+    assert list(post["memory"].values.astype(str)) == list(log.memory_ids())
+    assert "tau_null_sd" in post and "weight_intercept" in post  # hyperparameters
+    np.testing.assert_allclose(post["utility"], post["rho"] * post["tau"], rtol=1e-6)
+    assert "diverging" in tree["sample_stats"]
+    assert "exposed_outcome_sum" in tree["posterior_predictive"]
+    assert "exposed_outcome_sum" in tree["prior_predictive"]
+    obs = tree["observed_data"]
+    assert int(obs["exposed"].sum()) == int((log.contexts["source"] == "exposure").sum())
+    for key in ("cmp_bayes_version", "model_config", "sampler_config", "log_checksum",
+                "log_path", "outcome_kind", "created_at"):
+        assert key in tree.attrs, key
+    assert ModelConfig.from_dict(json.loads(tree.attrs["model_config"])) == ModelConfig()
+    assert json.loads(tree.attrs["sampler_config"])["sampler"] == "nutpie"
+    assert tree.attrs["outcome_kind"] == "binary"
+    # retrievability stays in [0, 1], tau in [-1, 1]
+    assert float(post["rho"].min()) >= 0 and float(post["rho"].max()) <= 1
+    assert float(np.abs(post["tau"]).max()) <= 1
+
+
+def test_identification_matches_design(fitted) -> None:
+    from cmp_bayes.diagnostics.positivity import identification_status
+    from cmp_bayes.statistics import exposure_stats
+
+    log, tree, _ = fitted
+    ident = tree["identification"]
+    expected = identification_status(exposure_stats(log))
+    np.testing.assert_array_equal(ident["status"].values.astype(str), expected.values.astype(str))
+    assert (ident["status"] == UNIDENTIFIED).sum() > 0  # pool_share 0.8 leaves some out
+
+
+def test_unidentified_memories_learn_nothing(fitted) -> None:
+    # Without exposures the tau likelihood is flat, so for every hyperparameter
+    # draw the grid posterior IS the prior: contraction 1 and shift 0 up to rounding.
+    _, tree, _ = fitted
+    ident = tree["identification"]
+    un = (ident["status"] != IDENTIFIED).values
+    assert un.sum() > 0
+    np.testing.assert_allclose(ident["contraction"].values[un], 1.0, atol=1e-9)
+    np.testing.assert_allclose(ident["mean_shift"].values[un], 0.0, atol=1e-9)
+    # identified ones do move: the median shift is clearly positive
+    assert np.median(ident["mean_shift"].values[~un]) > 0.05
+
+
+def test_interval_coverage_of_true_tau(fitted) -> None:
+    # n identified memories; if the 90% intervals are calibrated the covered count is
+    # ~Binomial(n, 0.9) (memories nearly independent given the hyperparameters), sd
+    # sqrt(.9 * .1 / n); n ~ 512 here gives sd 0.013, so +-3 sd is [0.86, 0.94].
+    _, tree, truth = fitted
+    ok = (tree["identification"]["status"] == IDENTIFIED).values
+    n = int(ok.sum())
+    assert n >= 20 * SIM_QUERIES  # 32 pool memories per haystack, 80% pooled
+    lo, hi = _interval(tree)
+    t = truth["tau_true"].to_numpy()
+    coverage = float(((t >= lo) & (t <= hi))[ok].mean())
+    sd = np.sqrt(CI_PROB * (1 - CI_PROB) / n)
+    assert abs(coverage - CI_PROB) <= 3 * sd, (coverage, n)
+
+
+def test_mse_and_auc_against_hajek(fitted) -> None:
+    _, tree, truth = fitted
+    ok = (tree["identification"]["status"] == IDENTIFIED).values
+    obs = tree["observed_data"]
+    hajek = (obs["exposed_outcome_sum"] / obs["exposed"] - obs["control_outcome_sum"] / obs["control"]).values
+    mean = tree["identification"]["tau_mean"].values
+    t = truth["tau_true"].to_numpy()
+    mse_bayes = np.mean((mean[ok] - t[ok]) ** 2)
+    mse_hajek = np.mean((hajek[ok] - t[ok]) ** 2)
+    # the claim of the issue, not loosened: at most half of Hajek's MSE
+    assert mse_bayes <= 0.5 * mse_hajek, (mse_bayes, mse_hajek)
+    # AUC: the claim is "no more than 0.01 below Hajek". With ~30 required memories
+    # the two (paired) AUCs differ by sampling noise of sd ~0.015, so the check allows
+    # 0.01 plus 2 sd of the paired difference, the sd measured by a paired bootstrap
+    # over memories; the full-size check across seeds is benchmarks/simulation_model.py.
+    req = truth["required"].to_numpy(dtype=bool)[ok]
+    b, h = mean[ok], hajek[ok]
+    diff = auc(b, req) - auc(h, req)
+    rng = np.random.default_rng(0)
+    boots = []
+    for _ in range(200):
+        i = rng.integers(0, req.size, req.size)
+        if req[i].any() and not req[i].all():
+            boots.append(auc(b[i], req[i]) - auc(h[i], req[i]))
+    assert diff >= -0.01 - 2 * float(np.std(boots)), (diff, np.std(boots))
+
+
+def test_rao_blackwell_mean_agrees_with_draws(fitted) -> None:
+    # tau_mean is exact on the grid; the draw mean estimates it with MC error
+    # sd_m / sqrt(S) (S = 500 kept draws, jitter adds < cell width): 5 such sds.
+    _, tree, _ = fitted
+    post = tree["posterior"]
+    draws = post["tau"].values.reshape(-1, post.sizes["memory"])
+    s = draws.shape[0]
+    ident = tree["identification"]
+    err = np.abs(draws.mean(axis=0) - ident["tau_mean"].values)
+    tol = 5 * ident["tau_sd"].values / np.sqrt(s) + 0.01
+    assert (err <= tol).mean() > 0.99
+
+
+def test_synthetic_stats_dataset_input_and_fractional(monkeypatch) -> None:
+    # a statistics Dataset with fractional outcomes; sampling mocked (values not the point)
+    import pymc as pm
+    from pymc.testing import mock_sample
+
+    from cmp_bayes.model.fit import fit
+
+    monkeypatch.setattr(
+        pm, "sample",
+        partial(mock_sample, sample_stats={"diverging": lambda size: np.zeros(size, dtype=bool)}),
+    )
+    stats, _ = synthetic_stats(150, seed=2, outcome_kind="fractional")
+    tree = fit(stats, draws=40, chains=1, progressbar=False, keep_draws=20)
+    assert tree.attrs["outcome_kind"] == "fractional"
+    assert tree["posterior"].sizes["draw"] == 20  # thinned to keep_draws
+    assert tree.attrs["log_checksum"] == "synthetic-2"
+    ident = tree["identification"]
+    unexposed = stats["exposed"].values == 0
+    np.testing.assert_allclose(ident["contraction"].values[unexposed], 1.0, atol=1e-9)
+    assert (ident["contraction"].values[~unexposed] < 1).all()
+
+
+def test_config_validation(tmp_path) -> None:
+    with pytest.raises(ConfigError, match="grid_size"):
+        ModelConfig(grid_size=10)
+    with pytest.raises(ConfigError, match="sampler"):
+        SamplerConfig(sampler="gibbs")
+    f = tmp_path / "fit.toml"
+    f.write_text('[model]\ngrid_size = 61\n[sampler]\ndraws = 10\nchains = 1\n')
+    cfg = load_config(f)
+    assert cfg.model.grid_size == 61 and cfg.sampler.draws == 10
+    f.write_text('[model]\ngrid_sise = 61\n')
+    with pytest.raises(ConfigError, match=r"fit\.toml.*grid_sise"):
+        load_config(f)
+
+
+def test_numpyro_without_jax_is_a_config_error() -> None:
+    import importlib.util
+
+    from cmp_bayes.model.fit import fit
+
+    if importlib.util.find_spec("numpyro") and importlib.util.find_spec("jax"):
+        pytest.skip("numpyro is installed here")
+    stats, _ = synthetic_stats(20, seed=0)
+    with pytest.raises(ConfigError, match="pip install numpyro"):
+        fit(stats, sampler="numpyro", progressbar=False)
+
+
+def test_cli_fit_writes_a_loadable_posterior(tmp_path, monkeypatch) -> None:
+    # sampling itself is not the point here: pm.sample is mocked by prior draws
+    import pymc as pm
+    from pymc.testing import mock_sample
+
+    from cmp_bayes.cli.main import main
+    from cmp_bayes.posterior.io import load_posterior
+    from cmp_bayes.simulate.simulator import simulate
+
+    simulate("tiny", out=tmp_path / "tinylog", seed=1)
+    monkeypatch.setattr(
+        pm, "sample",
+        partial(mock_sample, sample_stats={"diverging": lambda size: np.zeros(size, dtype=bool)}),
+    )
+    monkeypatch.chdir(tmp_path)
+    rc = main(["fit", str(tmp_path / "tinylog"), "--draws", "20", "--chains", "1", "--no-progress"])
+    assert rc == 0
+    tree = load_posterior(tmp_path / "models" / "tinylog.nc")
+    assert tree.attrs["log_path"].endswith("tinylog")
+    assert tree["posterior"].sizes["memory"] == tree["identification"].sizes["memory"]
+    assert main(["fit", str(tmp_path / "nolog"), "--no-progress"]) == 2
