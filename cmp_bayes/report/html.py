@@ -1,0 +1,164 @@
+"""``report(posterior, out_dir)``: one self-contained HTML page and its Markdown twin.
+
+The page is a Jinja2 template (``templates/report.html``) with every figure
+embedded as a base64 PNG data URI and inline CSS in system fonts: no CDN, no
+web font, no script, so it opens offline and can be mailed as one file.
+``summary.md`` carries the same sections (tables and numbers; figures are
+named, not embedded). Both files are written atomically.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import html as html_lib
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import xarray as xr
+
+from cmp_bayes.atomic import write_text_atomic
+from cmp_bayes.constants import CI_KIND, CI_PROB
+from cmp_bayes.errors import CmpBayesError, PosteriorError
+
+#: File names inside the report folder.
+INDEX_HTML: str = "index.html"
+SUMMARY_MD: str = "summary.md"
+
+
+def report(
+    posterior: xr.DataTree | str | Path,
+    out_dir: str | Path,
+    decisions: pd.DataFrame | None = None,
+    costs: Any = None,
+    log: Any = None,
+) -> Path:
+    """Write the diagnostic report of a posterior.
+
+    Parameters
+    ----------
+    posterior : xarray.DataTree or path
+        A posterior following the contract (common.md section 4), or a NetCDF
+        file holding one (read with ``cmp_bayes.posterior.io.load_posterior``).
+    out_dir : str or Path
+        Folder for ``index.html`` and ``summary.md`` (created; other files in it
+        are left alone).
+    decisions : pandas.DataFrame, optional
+        Output of ``cmp_bayes.decide.rule.decide``. Computed here with
+        ``costs`` (default ``Costs()``) when omitted and the decide module is
+        installed.
+    costs : cmp_bayes.decide.costs.Costs, optional
+        Costs used when ``decisions`` is computed here.
+    log : ExposureLog, optional
+        The log the posterior was fitted to: adds memory texts to the decision
+        table where the log's memories file has them.
+
+    Returns
+    -------
+    pathlib.Path
+        Path of the written ``index.html``.
+
+    Raises
+    ------
+    PosteriorError
+        The posterior lacks the ``posterior`` group.
+    """
+    from cmp_bayes.report import sections as sec
+    from cmp_bayes.report.health import sampler_health
+
+    tree = _load(posterior)
+    out_dir = Path(out_dir)
+    health = sampler_health(tree)
+    hyper = health.hyperparameters
+    ident = sec.identification_frame(tree)
+    note = ""
+    if decisions is None:
+        decisions, note = _decide(tree, costs)
+
+    sections = [
+        sec.overview(health, ident, decisions, tree),
+        sec.sampler_health_section(health),
+        sec.hyperparameter_section(tree, hyper),
+        sec.trace_rank_section(tree, hyper),
+        sec.forest_section(tree, ident),
+        sec.identification_section(tree, ident),
+        sec.ppc_section(tree),
+        sec.decisions_section(decisions, note, log),
+        sec.loo_section(tree),
+    ]
+    title = f"cmp_bayes report: {_name(tree, out_dir)}"
+    generated = dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat()
+    version = str(tree.attrs.get("cmp_bayes_version", _version()))
+    subtitle = (
+        f"posterior of {tree.attrs.get('log_path', '?')} · created {tree.attrs.get('created_at', '?')}"
+        f" · {health.chains} chains x {health.draws} draws"
+    )
+    page = _template().render(
+        title=title,
+        subtitle=subtitle,
+        sections=sections,
+        version=version,
+        generated=generated,
+        interval=f"{CI_PROB:.0%} {CI_KIND.upper()}",
+    )
+    write_text_atomic(out_dir / INDEX_HTML, page)
+    write_text_atomic(out_dir / SUMMARY_MD, _markdown(title, subtitle, sections))
+    return out_dir / INDEX_HTML
+
+
+def _load(posterior: xr.DataTree | str | Path) -> xr.DataTree:
+    if isinstance(posterior, str | Path):
+        try:
+            from cmp_bayes.posterior.io import load_posterior
+        except ImportError:  # pragma: no cover - until posterior.io lands
+            tree = xr.load_datatree(posterior, engine="h5netcdf")
+        else:
+            tree = load_posterior(posterior)
+    else:
+        tree = posterior
+    if not isinstance(tree, xr.DataTree) or "posterior" not in tree.children:
+        raise PosteriorError("cannot report: the posterior has no 'posterior' group")
+    return tree
+
+
+def _decide(tree: xr.DataTree, costs: Any) -> tuple[pd.DataFrame | None, str]:
+    try:
+        from cmp_bayes.decide.rule import decide
+    except ImportError:
+        return None, "Not computed: the decide module is not installed."
+    try:
+        return decide(tree, costs), ""
+    except CmpBayesError as exc:
+        return None, f"Not computed: {exc}"
+
+
+def _name(tree: xr.DataTree, out_dir: Path) -> str:
+    log_path = str(tree.attrs.get("log_path", "") or "")
+    return Path(log_path).name if log_path else out_dir.name
+
+
+def _template() -> Any:
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("cmp_bayes.report", "templates"),
+        autoescape=jinja2.select_autoescape(["html"]),
+        undefined=jinja2.StrictUndefined,
+    )
+    return env.get_template("report.html")
+
+
+def _markdown(title: str, subtitle: str, sections: list) -> str:
+    parts = [f"# {title}\n\n{subtitle}\n"]
+    for s in sections:
+        # the anchor keeps the HTML page's section ids in the Markdown too
+        parts.append(
+            f'\n<a id="{html_lib.escape(s.id)}"></a>\n## {s.title}\n\n_{s.lead}_\n\n{s.markdown}'
+        )
+    return "".join(parts)
+
+
+def _version() -> str:
+    from cmp_bayes import __version__
+
+    return __version__
