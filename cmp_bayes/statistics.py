@@ -13,6 +13,7 @@ no Python loop ever runs over steps (only over the queries or groups when
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -26,6 +27,7 @@ from cmp_bayes.errors import ConfigError
 from cmp_bayes.log.schema import ExposureLog
 
 By = Literal["query", "group"] | None
+Engine = Literal["pandas", "dask"]
 
 #: integer count variables over memory [x query|group]
 COUNT_VARS: tuple[str, ...] = ("in_store", "retrieved", "exposed", "control", "ranked")
@@ -135,17 +137,33 @@ def _grouped_median(key: np.ndarray, value: np.ndarray, size: int) -> np.ndarray
     return out
 
 
-def exposure_stats(log: ExposureLog, by: By = None) -> xr.Dataset:
+def exposure_stats(
+    log: ExposureLog | str | Path,
+    by: By = None,
+    engine: Engine = "pandas",
+    scheduler: object | None = None,
+) -> xr.Dataset:
     """Sufficient statistics of ``log`` per memory, optionally split by query or group.
 
     Parameters
     ----------
-    log : ExposureLog
-        The log (``cmp_bayes.read_log``).
+    log : ExposureLog, str or Path
+        The log (``cmp_bayes.read_log``), or the path of one. With
+        ``engine="dask"`` it must be the path of a Parquet-form log.
     by : {None, "query", "group"}
         Add a second dimension ``query`` (coordinate = ``log.query_ids()``) or
         ``group`` (the sorted group names; steps without a group form the group
         ``""``, so sums over groups equal the memory-level statistics).
+    engine : {"pandas", "dask"}
+        ``"pandas"``: the whole log in memory (this module). ``"dask"``: a
+        map-reduce over the Parquet part files
+        (:func:`cmp_bayes.scale.dask_stats.dask_exposure_stats`), memory bounded
+        by the part size; same Dataset (see that function for the exactness of
+        floating-point sums).
+    scheduler : str or distributed.Client, optional
+        Dask engine only: ``None`` / ``"threads"`` (local threads),
+        ``"synchronous"``, ``"processes"``, a ``dask.distributed`` scheduler
+        address (``"tcp://host:8786"``) or a ``Client``.
 
     Returns
     -------
@@ -176,6 +194,23 @@ def exposure_stats(log: ExposureLog, by: By = None) -> xr.Dataset:
     """
     if by not in (None, "query", "group"):
         raise ConfigError(f"exposure_stats: by must be None, 'query' or 'group', not {by!r}")
+    if engine == "dask":
+        if not isinstance(log, str | Path):
+            raise ConfigError(
+                "exposure_stats: engine='dask' reads the log from disk; pass the path of a "
+                "Parquet-form log (write one with write_log(log, path, format='parquet'))"
+            )
+        from cmp_bayes.scale.dask_stats import dask_exposure_stats
+
+        return dask_exposure_stats(log, by=by, scheduler=scheduler)
+    if engine != "pandas":
+        raise ConfigError(f"exposure_stats: engine must be 'pandas' or 'dask', not {engine!r}")
+    if scheduler is not None:
+        raise ConfigError("exposure_stats: scheduler applies to engine='dask' only")
+    if isinstance(log, str | Path):
+        from cmp_bayes.log.read import read_log
+
+        log = read_log(log)
     memory = log.memory_ids()
     m = len(memory)
     steps = log.steps
@@ -244,6 +279,58 @@ def exposure_stats(log: ExposureLog, by: By = None) -> xr.Dataset:
         "ranked": ranked.reshape(shape),
         "rank_median": rank_median.reshape(shape),
     }
+    query_group = query_steps = None
+    if by == "query":
+        first = steps.drop_duplicates("query_id", keep="first")
+        query_group = pd.Series(
+            first["group"].astype("string").fillna("").astype(str).to_numpy(),
+            index=first["query_id"].astype(str).to_numpy(),
+        ).reindex(cells).to_numpy(dtype=object)
+        query_steps = np.bincount(cell_of_step, minlength=n_cells).astype(np.int64)
+    binary = bool(np.all((outcome == 0.0) | (outcome == 1.0)))
+    return assemble_dataset(
+        data,
+        memory,
+        cells,
+        by,
+        pool=(log.design or {}).get("pool", {}) or {},
+        query_group=query_group,
+        query_steps=query_steps,
+        attrs={
+            "n_steps": int(len(steps)),
+            "outcome_kind": "binary" if binary else "fractional",
+            "log_checksum": log.checksum or "",
+            "n_unknown_context_rows": n_unknown,
+        },
+    )
+
+
+def assemble_dataset(
+    data: dict[str, np.ndarray],
+    memory: pd.Index,
+    cells: pd.Index | None,
+    by: By,
+    pool: dict[str, float],
+    query_group: np.ndarray | None,
+    query_steps: np.ndarray | None,
+    attrs: dict[str, object],
+) -> xr.Dataset:
+    """The statistics Dataset from its arrays; shared by the pandas and Dask engines.
+
+    Parameters
+    ----------
+    data : dict of numpy.ndarray
+        Each of ``COUNT_VARS``, ``SUM_VARS`` and ``rank_median``, shape
+        (memory, cell) (cell = 1 without ``by``).
+    memory, cells : pandas.Index
+        Sorted memory ids; sorted query ids or group names (None without ``by``).
+    pool : dict
+        The design pool (memory id -> propensity).
+    query_group, query_steps : numpy.ndarray, shape (query,)
+        With ``by="query"`` only: each query's group (object) and step count (int64).
+    attrs : dict
+        Dataset attributes.
+    """
     if cells is None:
         dims: tuple[str, ...] = ("memory",)
         data = {k: v[:, 0] for k, v in data.items()}
@@ -253,29 +340,13 @@ def exposure_stats(log: ExposureLog, by: By = None) -> xr.Dataset:
         coords = {"memory": np.asarray(memory, dtype=object), by: np.asarray(cells, dtype=object)}
     ds = xr.Dataset({k: (dims, v) for k, v in data.items()}, coords=coords)
 
-    pool = (log.design or {}).get("pool", {}) or {}
     prop = pd.Series(pool, dtype="float64").reindex(pd.Index(memory, dtype=object))
     ds["propensity"] = ("memory", prop.to_numpy(np.float64))
     ds["in_pool"] = ("memory", prop.notna().to_numpy())
 
     if by == "query":
-        first = steps.drop_duplicates("query_id", keep="first")
-        qgroup = pd.Series(
-            first["group"].astype("string").fillna("").astype(str).to_numpy(),
-            index=first["query_id"].astype(str).to_numpy(),
-        ).reindex(cells)
-        ds = ds.assign_coords(
-            query_group=("query", qgroup.to_numpy(dtype=object)),
-            query_steps=("query", np.bincount(cell_of_step, minlength=n_cells).astype(np.int64)),
-        )
-
-    binary = bool(np.all((outcome == 0.0) | (outcome == 1.0)))
-    ds.attrs = {
-        "n_steps": int(len(steps)),
-        "outcome_kind": "binary" if binary else "fractional",
-        "log_checksum": log.checksum or "",
-        "n_unknown_context_rows": n_unknown,
-    }
+        ds = ds.assign_coords(query_group=("query", query_group), query_steps=("query", query_steps))
+    ds.attrs = dict(attrs)
     return ds
 
 
