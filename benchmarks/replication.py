@@ -1,0 +1,103 @@
+"""Regenerate every number of reports/replication/README.md.
+
+Usage (from the repository root; shared/data beside the clone, or pass --data):
+
+    .venv/bin/python benchmarks/replication.py [--data ../shared/data] [--only NAME ...] [--dense]
+
+Each job is one ``cmp-bayes replicate ...`` command (printed before it runs);
+its JSON result goes to ``reports/replication/results/<job>.json`` and its
+table to stdout. Results on real stores with the reader model are
+semi-synthetic. Seeds are fixed (``--seed 0``) in every command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = Path("reports/replication/results")
+
+#: job name -> arguments of `cmp-bayes replicate` ({data} is the data folder)
+JOBS: dict[str, str] = {
+    # positivity, BM25, every benchmark (B = 5, 10, 20)
+    "pos_longmemeval_turn_bm25": "positivity --dataset longmemeval --data {data}/longmemeval/longmemeval_s_cleaned.jsonl.xz",
+    "pos_longmemeval_session_bm25": "positivity --dataset longmemeval --granularity session --data {data}/longmemeval/longmemeval_s_cleaned.jsonl.xz",
+    "pos_longmemeval_first60_bm25": "positivity --dataset longmemeval --limit 60 --sample first --data {data}/longmemeval/longmemeval_s_cleaned.jsonl.xz",
+    "pos_locomo_turn_bm25": "positivity --dataset locomo --data {data}/locomo/locomo10.json",
+    "pos_locomo_session_bm25": "positivity --dataset locomo --granularity session --data {data}/locomo/locomo10.json",
+    "pos_locomo_conv42_bm25": "positivity --dataset locomo --conversations conv-42 --data {data}/locomo/locomo10.json",
+    "pos_hotpotqa_bm25": "positivity --dataset hotpotqa --slots 2 5 --data {data}/hotpotqa/hotpot_dev_distractor_sample200.jsonl",
+    "pos_musique_bm25": "positivity --dataset musique --slots 2 5 10 --data {data}/musique/musique_ans_dev_sample200.jsonl",
+    # the CMP experiment (semi-synthetic reader), B = 10, k = 2 unless the store is small
+    "exp_longmemeval_bm25": "experiment --dataset longmemeval --limit 12 --draws 300 --tune 300 --data {data}/longmemeval/longmemeval_s_cleaned.jsonl.xz",
+    "exp_longmemeval_gain02_bm25": "experiment --dataset longmemeval --limit 12 --draws 300 --tune 300 --reader-gain 0.2 --data {data}/longmemeval/longmemeval_s_cleaned.jsonl.xz",
+    "exp_longmemeval30_gain02_bm25": "experiment --dataset longmemeval --limit 30 --draws 300 --tune 300 --reader-gain 0.2 --data {data}/longmemeval/longmemeval_s_cleaned.jsonl.xz",
+    "exp_longmemeval30_bm25": "experiment --dataset longmemeval --limit 30 --draws 300 --tune 300 --data {data}/longmemeval/longmemeval_s_cleaned.jsonl.xz",
+    "exp_locomo_conv42_bm25": "experiment --dataset locomo --conversations conv-42 --draws 300 --tune 300 --data {data}/locomo/locomo10.json",
+    "exp_hotpotqa_bm25": "experiment --dataset hotpotqa --slots 4 --exposure-slots 1 --draws 300 --tune 300 --data {data}/hotpotqa/hotpot_dev_distractor_sample200.jsonl",
+    "exp_musique_bm25": "experiment --dataset musique --slots 6 --exposure-slots 2 --draws 300 --tune 300 --data {data}/musique/musique_ans_dev_sample200.jsonl",
+}
+#: dense (MiniLM ONNX, the optional extra): slow on 2 cores (~30 texts/s), so small slices
+DENSE_JOBS: dict[str, str] = {
+    "pos_locomo_conv42_dense": "positivity --dataset locomo --conversations conv-42 --retriever dense --data {data}/locomo/locomo10.json",
+    "pos_longmemeval_strat12_dense": "positivity --dataset longmemeval --limit 12 --retriever dense --data {data}/longmemeval/longmemeval_s_cleaned.jsonl.xz",
+    "pos_longmemeval_strat12_bm25": "positivity --dataset longmemeval --limit 12 --data {data}/longmemeval/longmemeval_s_cleaned.jsonl.xz",
+}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data", default=str(ROOT.parent / "shared" / "data"))
+    p.add_argument("--only", nargs="+", help="job names to run (default: all)")
+    p.add_argument("--dense", action="store_true", help="also run the dense (MiniLM) jobs")
+    p.add_argument("--tables", action="store_true", help="print the Markdown tables of the results and exit")
+    args = p.parse_args()
+    if args.tables:
+        print_tables()
+        return 0
+    from cmp_bayes.cli.main import main as cli
+
+    jobs = dict(JOBS)
+    if args.dense:
+        jobs.update(DENSE_JOBS)
+    if args.only:
+        jobs = {k: v for k, v in {**JOBS, **DENSE_JOBS}.items() if k in args.only}
+    for name, cmd in jobs.items():
+        argv = ["replicate", *shlex.split(cmd.format(data=args.data)), "--seed", "0", "-o", str(OUT / f"{name}.json")]
+        print(f"\n### {name}\n$ cmp-bayes {' '.join(argv)}", flush=True)
+        t0 = time.perf_counter()
+        rc = cli(argv)
+        print(f"({name}: exit {rc}, {time.perf_counter() - t0:.0f} s)", flush=True)
+        if rc:
+            return rc
+    return 0
+
+
+def print_tables() -> None:
+    """Markdown rows of every experiment result under reports/replication/results/."""
+    import json
+
+    def f(x: object) -> str:
+        return "n/a" if x is None else f"{float(x):.3f}"
+
+    for path in sorted(OUT.glob("exp_*.json")):
+        d = json.loads(path.read_text())
+        log, rz = d["log"], d["store_randomization"]
+        print(f"\n{path.stem}: {d['dataset']} ({d['granularity']}), B={d['config']['slots']}, k={d['config']['exposure_slots']}, "
+              f"reader gain {d['config']['reader_gain']}; {log['steps']} steps, {log['memories']} memories, "
+              f"{log['required_memories']} required ({log['required_status_counts']}); required never retrieved "
+              f"{100 * log['required_unidentified_share']:.1f}%; fit {d['fit_health']}")
+        print("| method | level | AUC all [90% interval] | AUC identified | no estimate |")
+        print("| --- | --- | --- | --- | --- |")
+        for r in d["auc"]:
+            print(f"| {r['method']} | {r['level']} | {f(r['auc'])} [{f(r['ci_low'])}, {f(r['ci_high'])}] | {f(r['auc_identified'])} | {r['n_nan']} |")
+        lifts = ", ".join(f"{k} {v:.3f}" for k, v in rz["lift_by_rule"].items())
+        print(f"store randomization: unchanged {100 * rz['unchanged_share']:.1f}% of {rz['perturbations']}; lift {lifts}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
