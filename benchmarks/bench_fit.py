@@ -61,6 +61,13 @@ def main() -> None:
             r = run_one(m, s, args.draws)
             print(r, flush=True)
             rows.append(r)
+            # rewritten after every run so a long sweep cut short keeps what finished
+            write_text_atomic(args.out, render(rows, args))
+    print(f"wrote {args.out}")
+
+
+def render(rows: list[dict], args: argparse.Namespace) -> str:
+    """The Markdown report of the runs so far."""
     head = "| memories | sampler | seconds (incl. compile) | max R-hat | min ESS | min ESS/s | divergences |"
     lines = [head, "|---|---|---|---|---|---|---|"]
     lines += [
@@ -80,8 +87,7 @@ Command:
 
     OPENBLAS_NUM_THREADS=1 .venv/bin/python {' '.join(sys.argv)}
 """
-    write_text_atomic(args.out, text)
-    print(f"wrote {args.out}")
+    return text
 
 
 if __name__ == "__main__":

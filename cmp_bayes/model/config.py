@@ -55,8 +55,8 @@ class ModelConfig:
         at least two groups.
     null_sd : tuple of float
         LogNormal prior (median, log-sd) of the null component's sd (outcome units).
-        Default (0.01, 0.3): "does nothing" means an effect of a point or two on the
-        success rate (95% prior range of the sd 0.006-0.018). It must be informative:
+        Default (0.015, 0.3): "does nothing" means an effect of a point or two on the
+        success rate (95% prior range of the sd 0.008-0.027). It must be informative:
         with a handful of binary exposures per memory the data cannot tell a null sd
         of 0.01 from 0.03 (see docs/model.md, "Why the priors are informative").
     help_mean, harm_mean : tuple of float
@@ -78,6 +78,10 @@ class ModelConfig:
         Normal prior (mean, sd) of the logit mean retrievability.
     rho_kappa : tuple of float
         LogNormal prior (median, log-sd) of the Beta concentration of retrievability.
+    query_sd : float
+        Per-query variant only (``by="query"``): the sd of a memory-query pair's tau
+        around the memory's tau (outcome units; fixed, not learned, because a handful
+        of exposures per pair cannot estimate it; see cmp_bayes.model.per_query).
     prior_draws : int
         Draws of the prior and prior predictive groups.
     jitter : bool
@@ -91,7 +95,7 @@ class ModelConfig:
     pattern_resolution: float = 0.0025
     use_rank: bool = True
     use_groups: bool = True
-    null_sd: tuple[float, float] = (0.01, 0.3)
+    null_sd: tuple[float, float] = (0.015, 0.3)
     help_mean: tuple[float, float] = (0.2, 0.4)
     help_sd: tuple[float, float] = (0.08, 0.5)
     harm_mean: tuple[float, float] = (0.1, 0.5)
@@ -101,6 +105,7 @@ class ModelConfig:
     group_sd: float = 0.5
     rho_intercept: tuple[float, float] = (-2.0, 2.0)
     rho_kappa: tuple[float, float] = (5.0, 1.5)
+    query_sd: float = 0.05
     prior_draws: int = 500
     jitter: bool = True
 
@@ -123,6 +128,8 @@ class ModelConfig:
             _, sd = getattr(self, name)
             if not sd > 0:
                 raise ConfigError(f"model.{name} must be (mean, sd > 0), got {getattr(self, name)}")
+        if not 0 < self.query_sd <= 1:
+            raise ConfigError(f"model.query_sd must be in (0, 1], got {self.query_sd}")
         if not (self.coef_sd > 0 and self.group_sd > 0):
             raise ConfigError("model.coef_sd and model.group_sd must be > 0")
 
@@ -162,6 +169,11 @@ class SamplerConfig:
         memories x kept draws; 10k memories x 1000 draws x 3 vars = 120 MB float32).
     advi_iterations : int
         Optimisation steps of ADVI.
+    target_accept : float
+        NUTS target acceptance rate (nutpie, pymc, numpyro). 0.95 rather than the
+        usual 0.8: the mixture weights' group effects are weakly identified
+        (non-centred, sd near 0 reachable), and at 0.8 some fits had one divergent
+        draw, which makes decide refuse every forget (reports/simulation/decide.md).
     """
 
     sampler: str = "nutpie"
@@ -172,6 +184,7 @@ class SamplerConfig:
     progressbar: bool = True
     keep_draws: int = 1000
     advi_iterations: int = 20_000
+    target_accept: float = 0.95
 
     def __post_init__(self) -> None:
         if self.sampler not in SAMPLERS:
@@ -179,6 +192,8 @@ class SamplerConfig:
         for name in ("draws", "chains", "keep_draws", "advi_iterations"):
             if int(getattr(self, name)) < 1:
                 raise ConfigError(f"sampler.{name} must be >= 1, got {getattr(self, name)}")
+        if not 0 < self.target_accept < 1:
+            raise ConfigError(f"sampler.target_accept must be in (0, 1), got {self.target_accept}")
         if int(self.tune) < 0:
             raise ConfigError(f"sampler.tune must be >= 0, got {self.tune}")
         if not isinstance(self.seed, int) or isinstance(self.seed, bool):

@@ -53,7 +53,9 @@ def fit(
     seed : int
     progressbar : bool
     by : {None, "query"}
-        ``"query"`` fits the per-query variant (tau per memory-query pair).
+        ``"query"`` fits the per-query variant (tau per memory-query pair pooled
+        toward the memory's tau; needs an ExposureLog; see
+        :mod:`cmp_bayes.model.per_query`).
     keep_draws : int
         Most posterior draws kept in total (thinned evenly over chains).
     sampler_config : SamplerConfig, optional
@@ -72,11 +74,15 @@ def fit(
     )
     if by not in (None, "query"):
         raise ConfigError(f"by must be None or 'query', got {by!r}")
-    if by == "query":
-        # not built yet: see docs/model.md "Per-query variant (planned)"
-        raise ConfigError("the per-query model (by='query') is not implemented yet; fit without --by")
     stats, memory_group, meta = memory_inputs(log)
-    return fit_stats(stats, memory_group, config, scfg, meta)
+    pair_stats = None
+    if by == "query":
+        if not isinstance(log, ExposureLog):
+            raise ConfigError("the per-query model (by='query') needs an ExposureLog, not a statistics Dataset")
+        from cmp_bayes.statistics import exposure_stats
+
+        pair_stats = exposure_stats(log, by="query")
+    return fit_stats(stats, memory_group, config, scfg, meta, pair_stats=pair_stats)
 
 
 def memory_inputs(log: ExposureLog | xr.Dataset) -> tuple[xr.Dataset, np.ndarray | None, dict]:
@@ -117,8 +123,13 @@ def fit_stats(
     config: ModelConfig,
     scfg: SamplerConfig,
     meta: dict,
+    pair_stats: xr.Dataset | None = None,
 ) -> xr.DataTree:
-    """Fit on a memory-level statistics Dataset (see :func:`fit`)."""
+    """Fit on a memory-level statistics Dataset (see :func:`fit`).
+
+    ``pair_stats`` (``exposure_stats(log, by="query")``) selects the per-query
+    variant (:mod:`cmp_bayes.model.per_query`).
+    """
     import pymc as pm
 
     from cmp_bayes.model.build import build_model, hyper_shapes, model_data
@@ -129,6 +140,13 @@ def fit_stats(
     if stats.sizes.get("memory", 0) == 0:
         raise ConfigError("the log has no memories to fit")
     data = model_data(stats, config, memory_group)
+    pair_ll = kernel = None
+    if pair_stats is not None:
+        from cmp_bayes.model import per_query as pq
+
+        kernel = pq.query_kernel(data.grid, config.query_sd)
+        pair_ll = pq.pair_loglik(pair_stats, data.grid, data.outcome_kind, config.baseline_nodes)
+        data = pq.with_pair_likelihood(data, pq.memory_loglik(pair_ll, kernel))
     model = build_model(data, config)
     names = list(hyper_shapes(data))
     post, sample_stats = sample_hyper(model, scfg)
@@ -150,43 +168,86 @@ def fit_stats(
     prec = recover(data, pflat, rng, use_data=False, jitter=config.jitter)
 
     memory = xr.DataArray(data.memory.astype(object), dims="memory")
-    post = _add_memory_vars(post, rec.tau, rec.rho, memory)
-    prior = _add_memory_vars(prior, prec.tau, prec.rho, memory)
-    observed = observed_data(data, memory)
+    if pair_stats is None:
+        post = _add_memory_vars(post, rec.tau, rec.rho, memory)
+        prior = _add_memory_vars(prior, prec.tau, prec.rho, memory)
+        observed = observed_data(data, memory)
+        arms, tau_post, tau_prior = data.arms, post["tau"], prior["tau"]
+    else:
+        from cmp_bayes.model.grid import arm_arrays
+        from cmp_bayes.model.per_query import recover_pairs
+
+        ps = pair_stats.transpose("memory", "query")
+        query = xr.DataArray(np.asarray(ps["query"].values).astype(object), dims="query")
+        ptau, prho = recover_pairs(data, flat, rec.tau, pair_ll, ps, kernel, rng)
+        qtau, qrho = recover_pairs(data, pflat, prec.tau, None, ps, kernel, rng)
+        post = _add_memory_vars(post, rec.tau, rec.rho, memory, suffix="_memory")
+        prior = _add_memory_vars(prior, prec.tau, prec.rho, memory, suffix="_memory")
+        post = _add_pair_vars(post, ptau, prho, query)
+        prior = _add_pair_vars(prior, qtau, qrho, query)
+        arms = arm_arrays(ps)
+        observed = observed_data(data, memory, pair_stats=ps, query=query)
+        tau_post, tau_prior = post["tau"], prior["tau"]
     tree = xr.DataTree.from_dict(
         {
             "posterior": post,
             "prior": prior,
-            "posterior_predictive": predictive(data, post["tau"], rng, memory),
-            "prior_predictive": predictive(data, prior["tau"], rng, memory),
+            "posterior_predictive": predictive(data, tau_post, rng, memory, arms=arms),
+            "prior_predictive": predictive(data, tau_prior, rng, memory, arms=arms),
             "observed_data": observed,
             "sample_stats": sample_stats,
             "identification": identification_group(
                 stats, post_mean=rec.post_mean, post_sd=rec.post_sd,
                 prior_mean=rec.prior_mean, prior_sd=rec.prior_sd, p_positive=rec.p_positive,
+                p_helps=rec.p_helps,
             ),
         }
     )
-    tree.attrs.update(root_attrs(config, scfg, meta, data.outcome_kind, by="memory"))
+    by = "memory" if pair_stats is None else "query"
+    tree.attrs.update(root_attrs(config, scfg, meta, data.outcome_kind, by=by))
     tree.attrs["thin_step"] = int(step)
     return tree
 
 
-def _add_memory_vars(ds: xr.Dataset, tau: np.ndarray, rho: np.ndarray, memory: xr.DataArray) -> xr.Dataset:
+def _add_memory_vars(
+    ds: xr.Dataset, tau: np.ndarray, rho: np.ndarray, memory: xr.DataArray, suffix: str = ""
+) -> xr.Dataset:
     shape = (ds.sizes["chain"], ds.sizes["draw"], memory.size)
     dims = ("chain", "draw", "memory")
     out = ds.assign_coords(memory=memory)
+    out["rho" + suffix] = (dims, rho.reshape(shape))
+    out["tau" + suffix] = (dims, tau.reshape(shape))
+    out["utility" + suffix] = (dims, (rho * tau).reshape(shape).astype(np.float32))
+    out["rho" + suffix].attrs["description"] = "retrievability: P(retrieved | in store)"
+    out["tau" + suffix].attrs["description"] = "conditional utility: change in expected outcome when in context"
+    out["utility" + suffix].attrs["description"] = "rho * tau"
+    return out
+
+
+def _add_pair_vars(ds: xr.Dataset, tau: np.ndarray, rho: np.ndarray, query: xr.DataArray) -> xr.Dataset:
+    """Per (memory, query) draws, shape (S, M, Q) -> (chain, draw, memory, query); NaN off-store."""
+    shape = (ds.sizes["chain"], ds.sizes["draw"], ds.sizes["memory"], query.size)
+    dims = ("chain", "draw", "memory", "query")
+    out = ds.assign_coords(query=query)
     out["rho"] = (dims, rho.reshape(shape))
     out["tau"] = (dims, tau.reshape(shape))
     out["utility"] = (dims, (rho * tau).reshape(shape).astype(np.float32))
-    out["rho"].attrs["description"] = "retrievability: P(retrieved | in store)"
-    out["tau"].attrs["description"] = "conditional utility: change in expected outcome when in context"
+    out["rho"].attrs["description"] = "retrievability for the query: P(retrieved | in store, query)"
+    out["tau"].attrs["description"] = (
+        "conditional utility for the query, pooled toward tau_memory; NaN where never in store"
+    )
     out["utility"].attrs["description"] = "rho * tau"
     return out
 
 
-def observed_data(data, memory: xr.DataArray) -> xr.Dataset:
-    """Arm counts and sums per memory (what the likelihood saw)."""
+def observed_data(
+    data, memory: xr.DataArray, pair_stats: xr.Dataset | None = None, query: xr.DataArray | None = None
+) -> xr.Dataset:
+    """Arm counts and sums per memory (per memory and query with ``pair_stats``): what the likelihood saw."""
+    if pair_stats is not None:
+        names = ("exposed", "exposed_outcome_sum", "control", "control_outcome_sum", "retrieved", "in_store")
+        ds = xr.Dataset({n: (("memory", "query"), np.asarray(pair_stats[n].values)) for n in names})
+        return ds.assign_coords(memory=memory, query=query)
     a = data.arms
     return xr.Dataset(
         {
@@ -201,25 +262,37 @@ def observed_data(data, memory: xr.DataArray) -> xr.Dataset:
     )
 
 
-def predictive(data, tau: xr.DataArray, rng: np.random.Generator, memory: xr.DataArray) -> xr.Dataset:
-    """Replicated exposed-arm outcome sums given tau draws (chain, draw, memory).
+def predictive(
+    data, tau: xr.DataArray, rng: np.random.Generator, memory: xr.DataArray,
+    arms: dict[str, np.ndarray] | None = None,
+) -> xr.Dataset:
+    """Replicated exposed-arm outcome sums given tau draws (chain, draw, memory[, query]).
+
+    ``arms`` (default ``data.arms``) are over the trailing dims of ``tau``; NaN tau
+    (a pair never in the store) replicates as NaN.
 
     The baseline is drawn from its control-arm posterior Beta(y0 + 1/2, n0 - y0 + 1/2);
     binary: Binomial(n1, p) with p = clip(b + tau); fractional: Normal(n1 p, n1 p (1 - p))
     clipped to [0, n1] (p (1 - p) is the largest variance of an outcome in [0, 1] with mean p).
     """
-    a = data.arms
+    a = data.arms if arms is None else arms
     n1, y0, n0 = a["exposed"], a["control_outcome_sum"], a["control"]
     t = tau.values.astype(np.float64)
+    missing = np.isnan(t)
+    t = np.where(missing, 0.0, t)
     base = rng.beta(y0 + 0.5, np.maximum(n0 - y0, 0) + 0.5, size=t.shape)
     p = np.clip(base + t, 0.0, 1.0)
     if data.outcome_kind == "binary":
         rep = rng.binomial(n1.astype(np.int64), p).astype(np.float64)
     else:
         rep = np.clip(rng.normal(n1 * p, np.sqrt(n1 * p * (1 - p) + 1e-12)), 0, n1)
+    rep = np.where(missing, np.nan, rep)
+    coords = {"chain": tau["chain"], "draw": tau["draw"], "memory": memory}
+    if "query" in tau.dims:
+        coords["query"] = tau["query"]
     ds = xr.Dataset(
         {"exposed_outcome_sum": (tau.dims, rep.astype(np.float32))},
-        coords={"chain": tau["chain"], "draw": tau["draw"], "memory": memory},
+        coords=coords,
     )
     return ds
 

@@ -31,6 +31,9 @@ class Recovered:
         Exact (on the grid) moments of tau, averaged over the S draws.
     p_positive : ndarray, shape (M,)
         Rao-Blackwellised P(tau > 0 | data).
+    p_helps : ndarray, shape (M,)
+        Rao-Blackwellised posterior probability that the memory belongs to the
+        "helps" component of the mixture (its prior weight when it has no data).
     """
 
     tau: np.ndarray
@@ -40,6 +43,7 @@ class Recovered:
     prior_mean: np.ndarray
     prior_sd: np.ndarray
     p_positive: np.ndarray
+    p_helps: np.ndarray
 
 
 def compile_prior_terms(data: ModelData):
@@ -84,7 +88,7 @@ def recover(
     lik = np.exp(data.loglik) if use_data else None
     tau = np.empty((s, m), dtype=np.float32)
     rho = np.empty((s, m), dtype=np.float32)
-    acc = {k: np.zeros(m) for k in ("pm", "pm2", "pv", "qm", "qm2", "qv", "ppos")}
+    acc = {k: np.zeros(m) for k in ("pm", "pm2", "pv", "qm", "qm2", "qv", "ppos", "phelp")}
     y, n = data.retrieved, data.in_store
     pos = pts > 0
     for i in range(s):
@@ -95,6 +99,9 @@ def recover(
         acc["qm"] += qm
         acc["qm2"] += qm**2
         acc["qv"] += qv
+        # component responsibilities: w_mk * (lik_m . pmf_k) / sum over k
+        resp = weight * (lik @ pmf.T) if use_data else weight
+        acc["phelp"] += resp[:, 1] / resp.sum(axis=1)
         post = prior * lik if use_data else prior
         post /= post.sum(axis=1, keepdims=True)
         pmn = post @ pts
@@ -121,4 +128,5 @@ def recover(
     return Recovered(
         tau=tau, rho=rho, post_mean=post_mean, post_sd=post_sd,
         prior_mean=prior_mean, prior_sd=prior_sd, p_positive=acc["ppos"] / s,
+        p_helps=acc["phelp"] / s,
     )

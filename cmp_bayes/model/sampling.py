@@ -34,7 +34,8 @@ def sample_hyper(model: pm.Model, cfg: SamplerConfig) -> tuple[xr.Dataset, xr.Da
     with model:
         tree = pm.sample(
             draws=cfg.draws, tune=cfg.tune, chains=cfg.chains, random_seed=cfg.seed,
-            progressbar=cfg.progressbar, nuts_sampler=cfg.sampler, **kwargs,
+            progressbar=cfg.progressbar, nuts_sampler=cfg.sampler,
+            target_accept=cfg.target_accept, **kwargs,
         )
     post = tree["posterior"].to_dataset()
     stats = tree["sample_stats"].to_dataset()

@@ -49,6 +49,7 @@ def identification_group(
     prior_mean: np.ndarray,
     prior_sd: np.ndarray,
     p_positive: np.ndarray,
+    p_helps: np.ndarray | None = None,
 ) -> xr.Dataset:
     """The ``identification`` Dataset over ``memory`` (arrays of shape (M,), stats order)."""
     safe_sd = np.where(prior_sd > 0, prior_sd, np.nan)
@@ -79,4 +80,9 @@ def identification_group(
     ds["mean_shift"].attrs["description"] = "|posterior mean - prior mean| / prior sd of tau"
     ds["tau_mean"].attrs["description"] = "Rao-Blackwellised posterior mean of tau (exact on the grid)"
     ds["p_tau_positive"].attrs["description"] = "Rao-Blackwellised P(tau > 0 | data)"
+    if p_helps is not None:
+        ds["p_helps"] = ("memory", p_helps)
+        ds["p_helps"].attrs["description"] = (
+            "Rao-Blackwellised P(memory is in the mixture's 'helps' component | data)"
+        )
     return ds
