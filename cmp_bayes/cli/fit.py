@@ -17,6 +17,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", default=None, help="TOML file with [model] and [sampler] tables")
     parser.add_argument("--thin", type=int, default=1, help="keep every N-th draw in the saved file")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    parser.add_argument(
+        "--engine", choices=("pandas", "dask"), default="pandas",
+        help="how to aggregate the log: in memory (pandas) or as a Dask map-reduce over a "
+        "partitioned Parquet log (needs the 'scale' extra)",
+    )
+    parser.add_argument(
+        "--scheduler", default=None,
+        help="with --engine dask: threads (default), synchronous, processes, or a "
+        "dask.distributed address such as tcp://host:8786",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -25,6 +35,7 @@ def run(args: argparse.Namespace) -> int:
     import arviz_stats as azs
     import numpy as np
 
+    from cmp_bayes.errors import ConfigError
     from cmp_bayes.log.read import read_log
     from cmp_bayes.model.config import FitConfig, load_config
     from cmp_bayes.model.fit import default_output, fit
@@ -42,8 +53,17 @@ def run(args: argparse.Namespace) -> int:
     if args.no_progress:
         overrides["progressbar"] = False
     scfg = type(cfg.sampler).from_dict({**dataclasses.asdict(cfg.sampler), **overrides}, source="options")
-    log = read_log(args.log)
-    tree = fit(log, config=cfg.model, by=args.by, sampler_config=scfg)
+    if args.engine == "dask":
+        if args.by is not None:
+            raise ConfigError("--by query needs the whole log in memory: use --engine pandas")
+        from cmp_bayes.scale.dask_stats import fit_statistics
+
+        data = fit_statistics(args.log, scheduler=args.scheduler)
+    else:
+        if args.scheduler is not None:
+            raise ConfigError("--scheduler only applies with --engine dask")
+        data = read_log(args.log)
+    tree = fit(data, config=cfg.model, by=args.by, sampler_config=scfg)
     out = save_posterior(tree, args.output or default_output(args.log), thin=args.thin)
     print(f"wrote {out}")
     print(health_line(tree, azs, np))
