@@ -37,6 +37,8 @@ import sys
 import time
 from pathlib import Path
 
+from bench_exposure_stats import cpu_model  # same machine description in every benchmark report
+
 GIB = 1024**3
 
 
@@ -130,17 +132,6 @@ def run_child(method: str, path: Path, limit_gib: float, timeout_s: float, extra
     res = json.loads(stdout.strip().splitlines()[-1])
     res["polled_peak_bytes"] = peak
     return res
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def dir_bytes(path: Path) -> int:

@@ -17,28 +17,15 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from cmp_bayes.constants import IDENTIFIED, RETRIEVED_ONLY, UNIDENTIFIED
+from cmp_bayes.diagnostics.positivity import identification_status
 
 
 def design_status(stats: xr.Dataset) -> xr.DataArray:
     """Identification status per memory (object-dtype strings, same dims as ``stats.exposed``)."""
-    try:
-        from cmp_bayes.diagnostics.positivity import identification_status
-    except ImportError:  # pragma: no cover - until the diagnostics module lands
-        identification_status = _status_fallback
     status = identification_status(stats)
     return xr.DataArray(
         np.asarray(status.values).astype(str).astype(object), dims=status.dims, coords=status.coords
     )
-
-
-def _status_fallback(stats: xr.Dataset) -> xr.DataArray:
-    """common.md section 3, for use until the single implementation exists."""
-    exposed = stats["exposed"] >= 1
-    if "in_pool" in stats:
-        exposed = exposed & stats["in_pool"]
-    out = np.where(exposed, IDENTIFIED, np.where(stats["retrieved"] >= 1, RETRIEVED_ONLY, UNIDENTIFIED))
-    return xr.DataArray(out.astype(object), dims=stats["exposed"].dims, coords=stats["exposed"].coords)
 
 
 def identification_group(
