@@ -193,6 +193,7 @@ def prior_terms(h: dict, data: ModelData, rows: np.ndarray | None = None) -> dic
     dict with
         ``log_pmf`` (3, G): log pmf of each mixture component on the grid;
         ``log_weight`` (M, 3): log mixture weights per memory (null, helps, hurts);
+        ``eta`` (M, 2): log-odds of helps and hurts against null;
         ``rho_a``, ``rho_b`` (M,): Beta prior parameters of each memory's rho.
     """
     grid = data.grid
@@ -223,6 +224,7 @@ def prior_terms(h: dict, data: ModelData, rows: np.ndarray | None = None) -> dic
     return {
         "log_pmf": log_pmf,
         "log_weight": log_weight,
+        "eta": eta,
         "rho_a": mu * h["rho_kappa"],
         "rho_b": (1 - mu) * h["rho_kappa"],
     }
@@ -230,6 +232,23 @@ def prior_terms(h: dict, data: ModelData, rows: np.ndarray | None = None) -> dic
 
 def _betaln(a, b):
     return pt.gammaln(a) + pt.gammaln(b) - pt.gammaln(a + b)
+
+
+def unique_rows(data: ModelData, rows: np.ndarray, *keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Representatives of ``rows`` with distinct (keys, covariates, group), and their counts.
+
+    Returns
+    -------
+    (ndarray of int (R,), ndarray of float (R,)): one memory index per distinct row
+    and how many of ``rows`` share it.
+    """
+    if rows.size == 0:
+        return rows, np.zeros(0)
+    cols = [np.asarray(k, dtype=np.float64)[rows] for k in keys]
+    cols.append(data.group_index[rows].astype(np.float64))
+    key = np.column_stack([*cols, data.covariates[rows]])
+    _, first, count = np.unique(key, axis=0, return_index=True, return_counts=True)
+    return rows[first], count.astype(np.float64)
 
 
 def build_model(data: ModelData, config: ModelConfig) -> pm.Model:
@@ -267,21 +286,30 @@ def build_model(data: ModelData, config: ModelConfig) -> pm.Model:
             h["weight_group_z"] = pm.Normal("weight_group_z", 0, 1, dims=("effect_kind", "memory_group"))
             h["rho_group_sd"] = pm.HalfNormal("rho_group_sd", c.group_sd)
             h["rho_group_z"] = pm.Normal("rho_group_z", 0, 1, dims="memory_group")
-        rows = data.informative
+        # Memories whose terms are the same function of theta (same likelihood pattern,
+        # covariates and group; same retrieval counts for rho) are summed once with
+        # their multiplicity: exact, and the cost per gradient stops growing with M.
+        rows, count = unique_rows(data, data.informative, data.pattern)
         if rows.size:
             terms = prior_terms(h, data, rows)
             # the likelihood integrals are computed once per distinct pattern, then gathered
             used, local = np.unique(data.pattern[rows], return_inverse=True)
             lik = np.exp(data.pattern_loglik[used])  # (P, G) in [0, 1], row max 1
             comp_p = pt.dot(pt.as_tensor_variable(lik), pt.exp(terms["log_pmf"]).T)  # (P, 3)
-            comp = comp_p[local.reshape(-1)]  # (Mi, 3)
-            mix = pt.sum(pt.exp(terms["log_weight"]) * comp, axis=1)
+            comp = comp_p[local.reshape(-1)]  # (rows, 3)
+            # log sum_k w_k comp_k with w = softmax(0, eta): two exps and two logs per row
+            # (cheaper than a logsumexp; eta stays far from overflow under its priors)
+            odds = pt.exp(terms["eta"])
+            num = comp[:, 0] + pt.sum(odds * comp[:, 1:], axis=1)
             # the floor only matters for rows whose likelihood is negligible under every component
-            pm.Potential("tau_marginal", pt.sum(pt.log(pt.maximum(mix, 1e-300))))
-        keep = np.flatnonzero(data.in_store > 0)
+            lmix = pt.log(pt.maximum(num, 1e-300)) - pt.log1p(pt.sum(odds, axis=1))
+            pm.Potential("tau_marginal", pt.sum(count * lmix))
+        keep, count = unique_rows(
+            data, np.flatnonzero(data.in_store > 0), data.retrieved, data.in_store
+        )
         if keep.size:
             terms = prior_terms(h, data, keep)
             y, n = data.retrieved[keep], data.in_store[keep]
             a, b = terms["rho_a"], terms["rho_b"]
-            pm.Potential("rho_marginal", pt.sum(_betaln(y + a, n - y + b) - _betaln(a, b)))
+            pm.Potential("rho_marginal", pt.sum(count * (_betaln(y + a, n - y + b) - _betaln(a, b))))
     return model

@@ -174,6 +174,10 @@ class SamplerConfig:
         usual 0.8: the mixture weights' group effects are weakly identified
         (non-centred, sd near 0 reachable), and at 0.8 some fits had one divergent
         draw, which makes decide refuse every forget (reports/simulation/decide.md).
+    adaptation : {"low_rank", "diag"}
+        nutpie's mass-matrix adaptation. "low_rank" (default) learns the few strongly
+        correlated directions of the mixture's hyperparameters and halves the leapfrog
+        steps per draw against "diag" (10k memories: 14 against 29; reports/benchmarks/fit.md).
     """
 
     sampler: str = "nutpie"
@@ -185,8 +189,11 @@ class SamplerConfig:
     keep_draws: int = 1000
     advi_iterations: int = 20_000
     target_accept: float = 0.95
+    adaptation: str = "low_rank"
 
     def __post_init__(self) -> None:
+        if self.adaptation not in ("low_rank", "diag"):
+            raise ConfigError(f"sampler.adaptation must be 'low_rank' or 'diag', got {self.adaptation!r}")
         if self.sampler not in SAMPLERS:
             raise ConfigError(f"sampler must be one of {', '.join(SAMPLERS)}; got {self.sampler!r}")
         for name in ("draws", "chains", "keep_draws", "advi_iterations"):

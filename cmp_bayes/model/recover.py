@@ -1,11 +1,20 @@
 """Per-draw recovery of each memory's tau and rho from hyperparameter draws.
 
 For one draw of theta, memory m's posterior on the grid is exactly
-w_mg ∝ prior_mg(theta) exp(L_mg), and its prior (its own data excluded) is
-prior_mg(theta). We draw one tau per draw from w (uniform within the grid cell
-when ``jitter``), and one rho from its conjugate Beta posterior, and accumulate
-the Rao-Blackwellised moments of both prior and posterior (law of total
-variance over draws) for contraction and mean shift.
+w_mg ∝ prior_mg(theta) exp(L_mg) with prior_mg = sum_k w_mk pmf_kg, and its
+prior (its own data excluded) is prior_mg(theta). Because the likelihood row
+depends only on the memory's pattern p (see ``grid.likelihood_patterns``), the
+posterior is a mixture over components k of the per-(p, k) densities
+pmf_kg lik_pg / c_pk with responsibilities r_mk ∝ w_mk c_pk, where
+c_pk = sum_g pmf_kg lik_pg. Every per-draw table is therefore (P x 3 x G), not
+(M x G): a memory's draw is a component (from r_m) then a grid cell (from its
+(p, k) table), and its moments are r-weighted sums of the table moments. The
+cost per draw stops growing with M once the number of patterns does.
+
+We draw one tau per draw (uniform within the grid cell when ``jitter``), and
+one rho from its conjugate Beta posterior, and accumulate the Rao-Blackwellised
+moments of both prior and posterior (law of total variance over draws) for
+contraction and mean shift.
 """
 
 from __future__ import annotations
@@ -60,6 +69,24 @@ def compile_prior_terms(data: ModelData):
     return lambda values: fn(*[np.asarray(values[n], dtype=np.float64) for n in names])
 
 
+def sample_rows(dens: np.ndarray, row: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """Inverse-CDF draws: for each i, a cell g drawn with probability ∝ ``dens[row[i], g]``.
+
+    ``dens`` (R, G) is non-negative; ``u`` (n,) in [0, 1). Rows are normalised
+    and laid end to end, so one cumulative sum and one searchsorted replace an
+    (n x G) comparison; row r then spans [r, r + 1] of the running sum, and its
+    cells with mass below ~1e-13 of the row share its neighbours' draws.
+    Rows without mass (never drawn from by the caller) give the last cell.
+    """
+    r, g = dens.shape
+    tot = dens.sum(axis=1, keepdims=True)
+    flat = np.cumsum(np.divide(dens, tot, out=np.zeros_like(dens), where=tot > 0).ravel())
+    start = np.concatenate([[0.0], flat[g - 1 :: g]])  # running sum before each row
+    lo, hi = start[row], start[row + 1]
+    idx = np.searchsorted(flat, lo + u * (hi - lo), side="right") - row * g
+    return np.clip(idx, 0, g - 1)
+
+
 def recover(
     data: ModelData,
     hyper: dict[str, np.ndarray],
@@ -83,35 +110,47 @@ def recover(
     """
     fn = compile_prior_terms(data)
     s = next(iter(hyper.values())).shape[0]
-    m, g = data.loglik.shape
+    m = data.memory.size
     pts, edges, widths = data.grid.points, data.grid.edges, data.grid.widths
-    lik = np.exp(data.loglik) if use_data else None
+    if use_data:
+        lik = np.exp(data.pattern_loglik)  # (P, G)
+        pattern = data.pattern
+    else:
+        lik = np.ones((1, pts.size))
+        pattern = np.zeros(m, dtype=np.int64)
+    n_pat = lik.shape[0]
+    # columns: 1, tau, tau^2, 1[tau > 0]
+    basis = np.column_stack([np.ones_like(pts), pts, pts**2, (pts > 0).astype(np.float64)])
     tau = np.empty((s, m), dtype=np.float32)
     rho = np.empty((s, m), dtype=np.float32)
     acc = {k: np.zeros(m) for k in ("pm", "pm2", "pv", "qm", "qm2", "qv", "ppos", "phelp")}
     y, n = data.retrieved, data.in_store
-    pos = pts > 0
     for i in range(s):
         pmf, weight, ra, rb = fn({k: v[i] for k, v in hyper.items()})
-        prior = weight @ pmf  # (M, G)
-        qm = prior @ pts
-        qv = np.maximum(prior @ pts**2 - qm**2, 0.0)
+        # prior moments: mixtures of the component moments
+        cm = pmf @ basis  # (3, 4)
+        qm = weight @ cm[:, 1]
+        qv = np.maximum(weight @ cm[:, 2] - qm**2, 0.0)
         acc["qm"] += qm
         acc["qm2"] += qm**2
         acc["qv"] += qv
-        # component responsibilities: w_mk * (lik_m . pmf_k) / sum over k
-        resp = weight * (lik @ pmf.T) if use_data else weight
-        acc["phelp"] += resp[:, 1] / resp.sum(axis=1)
-        post = prior * lik if use_data else prior
-        post /= post.sum(axis=1, keepdims=True)
-        pmn = post @ pts
-        acc["pm"] += pmn
-        acc["pm2"] += pmn**2
-        acc["pv"] += np.maximum(post @ pts**2 - pmn**2, 0.0)
-        acc["ppos"] += post[:, pos].sum(axis=1)
-        cdf = np.cumsum(post, axis=1)
-        u = rng.random(m) * cdf[:, -1]
-        idx = np.minimum((cdf < u[:, None]).sum(axis=1), g - 1)
+        # per (pattern, component) posterior tables
+        dens = pmf[None, :, :] * lik[:, None, :]  # (P, 3, G)
+        mom = dens @ basis  # (P, 3, 4): mass c_pk, then unnormalised moments
+        c = mom[..., 0]
+        resp = weight * c[pattern]  # (M, 3)
+        resp /= resp.sum(axis=1, keepdims=True)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            tm = np.where(c[..., None] > 0, mom[..., 1:] / c[..., None], 0.0)  # (P, 3, 3)
+        mt = np.einsum("mk,mkj->mj", resp, tm[pattern])  # (M, 3): E tau, E tau^2, P(tau > 0)
+        acc["pm"] += mt[:, 0]
+        acc["pm2"] += mt[:, 0] ** 2
+        acc["pv"] += np.maximum(mt[:, 1] - mt[:, 0] ** 2, 0.0)
+        acc["ppos"] += mt[:, 2]
+        acc["phelp"] += resp[:, 1]
+        # draw: a component from resp, then a cell from that (pattern, component) table
+        k = (rng.random(m)[:, None] > np.cumsum(resp, axis=1)[:, :2]).sum(axis=1)
+        idx = sample_rows(dens.reshape(n_pat * 3, -1), pattern * 3 + k, rng.random(m))
         t = pts[idx]
         if jitter:
             t = edges[idx] + rng.random(m) * widths[idx]
