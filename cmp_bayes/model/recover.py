@@ -19,7 +19,11 @@ contraction and mean shift.
 
 from __future__ import annotations
 
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pytensor
@@ -55,11 +59,14 @@ class Recovered:
     p_helps: np.ndarray
 
 
-def compile_prior_terms(data: ModelData):
-    """A compiled function theta (keyword arrays) -> (pmf (3, G), weight (M, 3), rho_a, rho_b)."""
+def compile_prior_terms(data: ModelData, rows: np.ndarray | None = None):
+    """A compiled function theta (keyword arrays) -> (pmf (3, G), weight (R, 3), rho_a, rho_b).
+
+    R = M, or the memories ``rows`` only.
+    """
     shapes = hyper_shapes(data)
     inputs = {n: pt.tensor(name=n, shape=s, dtype="float64") for n, s in shapes.items()}
-    terms = prior_terms(inputs, data)
+    terms = prior_terms(inputs, data, rows)
     fn = pytensor.function(
         list(inputs.values()),
         [pt.exp(terms["log_pmf"]), pt.exp(terms["log_weight"]), terms["rho_a"], terms["rho_b"]],
@@ -69,22 +76,43 @@ def compile_prior_terms(data: ModelData):
     return lambda values: fn(*[np.asarray(values[n], dtype=np.float64) for n in names])
 
 
-def sample_rows(dens: np.ndarray, row: np.ndarray, u: np.ndarray) -> np.ndarray:
+def sample_rows(
+    dens: np.ndarray, row: np.ndarray, u: np.ndarray, scratch: np.ndarray | None = None
+) -> np.ndarray:
     """Inverse-CDF draws: for each i, a cell g drawn with probability ∝ ``dens[row[i], g]``.
 
     ``dens`` (R, G) is non-negative; ``u`` (n,) in [0, 1). Rows are normalised
-    and laid end to end, so one cumulative sum and one searchsorted replace an
-    (n x G) comparison; row r then spans [r, r + 1] of the running sum, and its
-    cells with mass below ~1e-13 of the row share its neighbours' draws.
-    Rows without mass (never drawn from by the caller) give the last cell.
+    and laid end to end in one cumulative sum (row r spans [r, r + 1] of it; cells
+    with mass below ~1e-13 of their row share their neighbours' draws), and each
+    draw is a binary search confined to its own row: log2(G) vectorised steps
+    whose reads stay within one row, instead of an (n x G) comparison or a
+    search over all R x G cells. Rows without mass (never drawn from by the
+    caller) give the last cell. ``scratch`` (R * G floats, overwritten) saves an
+    allocation per call.
     """
     r, g = dens.shape
     tot = dens.sum(axis=1, keepdims=True)
-    flat = np.cumsum(np.divide(dens, tot, out=np.zeros_like(dens), where=tot > 0).ravel())
+    with np.errstate(divide="ignore"):
+        inv = np.where(tot > 0, 1.0 / tot, 0.0)
+    flat = np.multiply(dens, inv, out=None if scratch is None else scratch.reshape(r, g)).ravel()
+    np.cumsum(flat, out=flat)
     start = np.concatenate([[0.0], flat[g - 1 :: g]])  # running sum before each row
-    lo, hi = start[row], start[row + 1]
-    idx = np.searchsorted(flat, lo + u * (hi - lo), side="right") - row * g
-    return np.clip(idx, 0, g - 1)
+    target = start[row] + u * (start[row + 1] - start[row])
+    # the first cell of the row whose running sum exceeds the target
+    lo = row * g
+    hi = lo + (g - 1)
+    for _ in range(int(np.ceil(np.log2(g)))):
+        mid = (lo + hi) >> 1
+        right = flat[mid] <= target
+        np.copyto(lo, mid + 1, where=right)
+        np.copyto(hi, mid, where=~right)
+    return lo - row * g
+
+
+#: Draws are recovered in this many interleaved chunks, each with its own random
+#: stream spawned from the caller's generator, so results do not depend on the
+#: number of threads that run them.
+CHUNKS: int = 4
 
 
 def recover(
@@ -94,6 +122,7 @@ def recover(
     *,
     use_data: bool = True,
     jitter: bool = True,
+    threads: int | None = None,
 ) -> Recovered:
     """Draw tau and rho per memory for each of the S hyperparameter draws.
 
@@ -107,12 +136,62 @@ def recover(
         False draws from the prior (the prior group): no likelihood, rho from its Beta prior.
     jitter : bool
         Spread tau uniformly within its grid cell.
+    threads : int, optional
+        Worker threads (default: the CPU count, at most ``CHUNKS``). numpy releases
+        the GIL in the array work, so draws recover in parallel; the result is the
+        same for any number of threads.
     """
-    fn = compile_prior_terms(data)
+    m = data.memory.size
+    # a memory's prior depends on its covariates and group only: compute it once per
+    # distinct (group, covariates) and gather
+    key = np.column_stack([data.group_index.astype(np.float64), data.covariates])
+    _, first, prior_of = np.unique(key, axis=0, return_index=True, return_inverse=True)
+    ctx = _Context(
+        data=data, fn=compile_prior_terms(data, first), prior_of=prior_of.reshape(-1),
+        hyper=hyper, use_data=use_data, jitter=jitter, lock=threading.Lock(),
+    )
     s = next(iter(hyper.values())).shape[0]
+    tau = np.empty((s, m), dtype=np.float32)
+    rho = np.empty((s, m), dtype=np.float32)
+    chunks = [np.arange(c, s, CHUNKS) for c in range(min(CHUNKS, s))]
+    streams = rng.spawn(len(chunks))
+    workers = max(1, min(threads or os.cpu_count() or 1, len(chunks)))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        parts = list(pool.map(lambda a: _recover_draws(ctx, a[0], a[1], tau, rho), zip(chunks, streams, strict=True)))
+    acc = {k: sum(p[k] for p in parts) for k in parts[0]}
+    # law of total variance over the hyperparameter draws
+    post_mean = acc["pm"] / s
+    post_sd = np.sqrt(np.maximum(acc["pv"] / s + acc["pm2"] / s - post_mean**2, 0.0))
+    prior_mean = acc["qm"] / s
+    prior_sd = np.sqrt(np.maximum(acc["qv"] / s + acc["qm2"] / s - prior_mean**2, 0.0))
+    return Recovered(
+        tau=tau, rho=rho, post_mean=post_mean, post_sd=post_sd,
+        prior_mean=prior_mean, prior_sd=prior_sd, p_positive=acc["ppos"] / s,
+        p_helps=acc["phelp"] / s,
+    )
+
+
+@dataclass
+class _Context:
+    """What every chunk of draws shares (read-only, except ``fn`` under ``lock``)."""
+
+    data: ModelData
+    fn: Any
+    prior_of: np.ndarray
+    hyper: dict[str, np.ndarray]
+    use_data: bool
+    jitter: bool
+    lock: threading.Lock
+
+
+def _recover_draws(
+    ctx: _Context, draws: np.ndarray, rng: np.random.Generator, tau: np.ndarray, rho: np.ndarray
+) -> dict[str, np.ndarray]:
+    """Fill rows ``draws`` of ``tau`` and ``rho``; return this chunk's moment sums."""
+    data = ctx.data
     m = data.memory.size
     pts, edges, widths = data.grid.points, data.grid.edges, data.grid.widths
-    if use_data:
+    if ctx.use_data:
         lik = np.exp(data.pattern_loglik)  # (P, G)
         pattern = data.pattern
     else:
@@ -121,12 +200,14 @@ def recover(
     n_pat = lik.shape[0]
     # columns: 1, tau, tau^2, 1[tau > 0]
     basis = np.column_stack([np.ones_like(pts), pts, pts**2, (pts > 0).astype(np.float64)])
-    tau = np.empty((s, m), dtype=np.float32)
-    rho = np.empty((s, m), dtype=np.float32)
     acc = {k: np.zeros(m) for k in ("pm", "pm2", "pv", "qm", "qm2", "qv", "ppos", "phelp")}
     y, n = data.retrieved, data.in_store
-    for i in range(s):
-        pmf, weight, ra, rb = fn({k: v[i] for k, v in hyper.items()})
+    dens = np.empty((n_pat, 3, pts.size))  # reused: fresh large temporaries cost page faults
+    scratch = np.empty(dens.size)
+    for i in draws:
+        with ctx.lock:  # a compiled PyTensor function is not thread-safe
+            pmf, weight, ra, rb = ctx.fn({k: v[i] for k, v in ctx.hyper.items()})
+        weight, ra, rb = weight[ctx.prior_of], ra[ctx.prior_of], rb[ctx.prior_of]
         # prior moments: mixtures of the component moments
         cm = pmf @ basis  # (3, 4)
         qm = weight @ cm[:, 1]
@@ -135,7 +216,7 @@ def recover(
         acc["qm2"] += qm**2
         acc["qv"] += qv
         # per (pattern, component) posterior tables
-        dens = pmf[None, :, :] * lik[:, None, :]  # (P, 3, G)
+        np.multiply(pmf[None, :, :], lik[:, None, :], out=dens)  # (P, 3, G)
         mom = dens @ basis  # (P, 3, 4): mass c_pk, then unnormalised moments
         c = mom[..., 0]
         resp = weight * c[pattern]  # (M, 3)
@@ -150,22 +231,13 @@ def recover(
         acc["phelp"] += resp[:, 1]
         # draw: a component from resp, then a cell from that (pattern, component) table
         k = (rng.random(m)[:, None] > np.cumsum(resp, axis=1)[:, :2]).sum(axis=1)
-        idx = sample_rows(dens.reshape(n_pat * 3, -1), pattern * 3 + k, rng.random(m))
+        idx = sample_rows(dens.reshape(n_pat * 3, -1), pattern * 3 + k, rng.random(m), scratch=scratch)
         t = pts[idx]
-        if jitter:
+        if ctx.jitter:
             t = edges[idx] + rng.random(m) * widths[idx]
         tau[i] = t
-        if use_data:
+        if ctx.use_data:
             rho[i] = rng.beta(ra + y, rb + np.maximum(n - y, 0.0))
         else:
             rho[i] = rng.beta(ra, rb)
-    # law of total variance over the hyperparameter draws
-    post_mean = acc["pm"] / s
-    post_sd = np.sqrt(np.maximum(acc["pv"] / s + acc["pm2"] / s - post_mean**2, 0.0))
-    prior_mean = acc["qm"] / s
-    prior_sd = np.sqrt(np.maximum(acc["qv"] / s + acc["qm2"] / s - prior_mean**2, 0.0))
-    return Recovered(
-        tau=tau, rho=rho, post_mean=post_mean, post_sd=post_sd,
-        prior_mean=prior_mean, prior_sd=prior_sd, p_positive=acc["ppos"] / s,
-        p_helps=acc["phelp"] / s,
-    )
+    return acc
