@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 
-def run_one(m: int, sampler: str, draws: int) -> dict:
+def run_one(m: int, sampler: str, draws: int, keep_draws: int) -> dict:
     import arviz_stats as azs
     from _model_fixtures import synthetic_stats
 
@@ -28,7 +28,9 @@ def run_one(m: int, sampler: str, draws: int) -> dict:
     from cmp_bayes.model.fit import fit
 
     stats, _ = synthetic_stats(m, seed=1)
-    cfg = SamplerConfig(sampler=sampler, draws=draws, tune=draws, chains=2, progressbar=False)
+    cfg = SamplerConfig(
+        sampler=sampler, draws=draws, tune=draws, chains=2, progressbar=False, keep_draws=keep_draws
+    )
     t0 = time.perf_counter()
     tree = fit(stats, sampler_config=cfg)
     secs = time.perf_counter() - t0
@@ -41,7 +43,7 @@ def run_one(m: int, sampler: str, draws: int) -> dict:
         min_ess = min(float(ess[v].min()) for v in ess.data_vars)
     else:
         max_rhat, min_ess = float("nan"), float("nan")
-    return {"memories": m, "sampler": sampler, "seconds": secs, "max_rhat": max_rhat,
+    return {"memories": m, "sampler": sampler, "seconds": secs, "load": os.getloadavg()[0], "max_rhat": max_rhat,
             "min_ess": min_ess, "min_ess_per_s": min_ess / secs,
             "divergences": int(tree["sample_stats"]["diverging"].sum())}
 
@@ -50,6 +52,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--memories", type=int, nargs="+", default=[1000, 10000, 100000])
     ap.add_argument("--samplers", nargs="+", default=["nutpie", "pymc", "advi"])
+    ap.add_argument("--large", type=int, default=100_000,
+                    help="from this many memories on, run only --large-samplers")
+    ap.add_argument("--large-samplers", nargs="+", default=["advi"])
+    ap.add_argument("--keep-draws", type=int, default=1000)
     ap.add_argument("--draws", type=int, default=1000)
     ap.add_argument("--out", default="reports/benchmarks/fit.md")
     args = ap.parse_args()
@@ -57,8 +63,8 @@ def main() -> None:
 
     rows = []
     for m in args.memories:
-        for s in args.samplers:
-            r = run_one(m, s, args.draws)
+        for s in (args.large_samplers if m >= args.large else args.samplers):
+            r = run_one(m, s, args.draws, args.keep_draws)
             print(r, flush=True)
             rows.append(r)
             # rewritten after every run so a long sweep cut short keeps what finished
@@ -68,18 +74,23 @@ def main() -> None:
 
 def render(rows: list[dict], args: argparse.Namespace) -> str:
     """The Markdown report of the runs so far."""
-    head = "| memories | sampler | seconds (incl. compile) | max R-hat | min ESS | min ESS/s | divergences |"
-    lines = [head, "|---|---|---|---|---|---|---|"]
+    head = ("| memories | sampler | seconds (incl. compile) | load avg | max R-hat | min ESS | "
+            "min ESS/s | divergences |")
+    lines = [head, "|---|---|---|---|---|---|---|---|"]
     lines += [
-        f"| {r['memories']} | {r['sampler']} | {r['seconds']:.1f} | {r['max_rhat']:.3f} | "
+        f"| {r['memories']} | {r['sampler']} | {r['seconds']:.1f} | {r['load']:.1f} | {r['max_rhat']:.3f} | "
         f"{r['min_ess']:.0f} | {r['min_ess_per_s']:.2f} | {r['divergences']} |"
         for r in rows
     ]
     text = f"""# Fit benchmark
 
-Machine: {platform.node()}, {os.cpu_count()} CPUs ({platform.processor() or platform.machine()}),
-shared with other jobs while measured. 2 chains x {args.draws} draws after {args.draws}
-tuning steps; R-hat and ESS over the hyperparameters (the only sampled variables).
+Machine: {platform.node()}, {os.cpu_count()} CPUs ({platform.processor() or platform.machine()});
+"load avg" is the 1-minute load average when each fit ended (2 = both cores busy with
+this fit alone). 2 chains x {args.draws} draws after {args.draws} tuning steps (ADVI:
+{{advi}} iterations, then 2 x {args.draws} draws); at most {args.keep_draws} draws kept
+for the per-memory variables. R-hat and ESS over the hyperparameters (the only sampled
+variables). Seconds are the whole `fit` call: graph compilation, sampling, the per-draw
+recovery of every memory's tau and rho, the prior and the predictive groups.
 
 {chr(10).join(lines)}
 
@@ -87,7 +98,9 @@ Command:
 
     OPENBLAS_NUM_THREADS=1 .venv/bin/python {' '.join(sys.argv)}
 """
-    return text
+    from cmp_bayes.model.config import SamplerConfig
+
+    return text.replace("{advi}", f"{SamplerConfig().advi_iterations:,}")
 
 
 if __name__ == "__main__":
