@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -596,3 +597,144 @@ def test_reader_never_touches_input_even_when_it_warns(tmp_path):
         read_log(root)
     assert _digest(root) == before
     shutil.rmtree(root)
+
+
+# ------------------------------------------------------------------ Parquet part files: every rule
+#
+# The standard 4-step log (two slots per step) as Parquet part files of two steps
+# each: steps/part-00{0,1} hold steps 0-1 and 2-3, contexts/part-00{0,1} their 4
+# slots each. Each variant edits one cell; the error must name the part file, the
+# 0-based row within it and the field, from the pandas reader and the Dask engine.
+
+
+def _parts_log(root: Path) -> Path:
+    log = read_log(make_log_dir(root.parent / (root.name + "_src")))
+    single = write_log(log, root.parent / (root.name + "_single"), format="parquet")
+    root.mkdir()
+    (root / "design.json").write_bytes((single / "design.json").read_bytes())
+    for name in ("steps", "contexts"):
+        t = pq.read_table(single / f"{name}.parquet")
+        (root / name).mkdir()
+        half = t.num_rows // 2
+        pq.write_table(t.slice(0, half), root / name / "part-000.parquet")
+        pq.write_table(t.slice(half), root / name / "part-001.parquet")
+    return root
+
+
+def _edit(file: Path, column: str, row: int, value: object) -> None:
+    t = pq.read_table(file)
+    vals = t[column].to_pylist()
+    vals[row] = value
+    i = t.column_names.index(column)
+    pq.write_table(t.set_column(i, column, pa.array(vals, t.schema.field(column).type)), file)
+
+
+def _design(root: Path, **changes) -> None:
+    d = dict(DESIGN, **changes)
+    (root / "design.json").write_text(json.dumps(d))
+
+
+# (id, edits [(table, part, column, row, value)], design edit, expected (table, part, row, field, fragment))
+PARQUET_VARIANTS = [
+    ("unknown-source", [("contexts", 1, "source", 1, "oracle")], None, ("contexts", 1, 1, "context[1].source", "unknown source")),
+    ("negative-rank", [("contexts", 0, "rank", 2, -1)], None, ("contexts", 0, 2, "context[0].rank", "rank must be")),
+    ("memory-twice", [("contexts", 1, "memory_id", 1, "m4")], None, ("contexts", 1, 1, "context[1].memory_id", "twice")),
+    ("no-propensity", [("contexts", 1, "propensity", 3, None)], None, ("contexts", 1, 3, "context[1].propensity", "no propensity")),
+    ("propensity-zero", [("contexts", 0, "propensity", 1, 0.0)], None, ("contexts", 0, 1, "context[1].propensity", "(0, 1]")),
+    ("propensity-nan", [("contexts", 0, "propensity", 3, float("nan"))], None, ("contexts", 0, 3, "context[1].propensity", "no propensity")),
+    ("retriever-propensity-above-1", [("contexts", 1, "propensity", 0, 1.5)], None, ("contexts", 1, 0, "context[0].propensity", "(0, 1]")),
+    ("disagrees", [("contexts", 0, "propensity", 3, 0.25)], None, ("contexts", 0, 3, "context[1].propensity", "disagrees")),
+    ("not-in-pool", [("contexts", 1, "memory_id", 3, "m9")], None, ("contexts", 1, 3, "context[1].memory_id", "not in the pool")),
+    ("no-design", [], "delete", ("contexts", 0, 1, "context[1].source", "no design.json")),
+    # a step the steps table lacks: the reader sorts slots by step, the error still names part and row
+    ("unknown-step", [("contexts", 1, "step", 0, 9)], None, ("contexts", 1, 0, "step", "not in steps")),
+    (
+        "too-many-exposures",
+        [("contexts", 0, "source", 0, "exposure"), ("contexts", 0, "propensity", 0, 0.25)],
+        {"pool": {**DESIGN["pool"], "m0": 0.25}},
+        ("contexts", 0, 1, "context", "more exposure slots"),
+    ),
+    ("outcome-above-1", [("steps", 1, "outcome", 1, 1.5)], None, ("steps", 1, 1, "outcome", "[0, 1]")),
+    ("outcome-nan", [("steps", 0, "outcome", 1, float("nan"))], None, ("steps", 0, 1, "outcome", "finite")),
+    ("step-repeats", [("steps", 1, "step", 0, 1)], None, ("steps", 1, 0, "step", "repeats")),
+    ("query-null", [("steps", 1, "query_id", 1, None)], None, ("steps", 1, 1, "query_id", "missing required value")),
+]
+
+
+@pytest.mark.parametrize("engine", ["pandas", "dask"])
+@pytest.mark.parametrize(
+    ("edits", "design", "expected"), [v[1:] for v in PARQUET_VARIANTS], ids=[v[0] for v in PARQUET_VARIANTS]
+)
+def test_parquet_parts_reject_each_variant(tmp_path, engine, edits, design, expected):
+    if engine == "dask":
+        pytest.importorskip("dask")
+    root = _parts_log(tmp_path / "log")
+    for table, part, column, row, value in edits:
+        _edit(root / table / f"part-{part:03d}.parquet", column, row, value)
+    if design == "delete":
+        (root / "design.json").unlink()
+    elif design is not None:
+        _design(root, **design)
+    before = _digest(root)
+    from cmp_bayes.statistics import exposure_stats
+
+    with pytest.raises(LogError) as exc:
+        read_log(root) if engine == "pandas" else exposure_stats(root, engine="dask", scheduler="synchronous")
+    table, part, row, field, fragment = expected
+    e = exc.value
+    assert Path(e.file).name == f"part-{part:03d}.parquet" and Path(e.file).parent.name == table, str(e)
+    assert (e.row, e.field) == (row, field), str(e)
+    assert fragment in e.message, str(e)
+    # numbers print as the log holds them (a step is 3, not 3.0)
+    assert ".0]" not in str(e) and not any(f"step {s}.0" in str(e) for s in range(10)), str(e)
+    assert _digest(root) == before
+
+
+def test_parquet_string_encodings_read_alike(tmp_path):
+    # memory_id as a Parquet dictionary column in one part and plain large strings in
+    # the other: the same log as the single-file form, read from either encoding
+    root = _parts_log(tmp_path / "parts")
+    a, b = root / "contexts" / "part-000.parquet", root / "contexts" / "part-001.parquet"
+    ta, tb = pq.read_table(a), pq.read_table(b)
+    i = ta.column_names.index("memory_id")
+    pq.write_table(ta.set_column(i, "memory_id", pc.dictionary_encode(ta["memory_id"])), a)
+    pq.write_table(tb.set_column(i, "memory_id", tb["memory_id"].cast(pa.large_string())), b)
+    got = read_log(root)
+    want = read_log(_parquet_log(tmp_path / "pq", outcomes=(1, 0, 0.5, 1)))
+    for name in ("steps", "contexts"):
+        pd.testing.assert_frame_equal(getattr(got, name), getattr(want, name), check_exact=True, obj=name)
+
+
+def test_dictionary_codes_merge_row_groups():
+    # two row groups' dictionaries (one listing a value twice) merge into one code per value
+    from cmp_bayes.log.validate import from_dictionary
+
+    d1 = pa.DictionaryArray.from_arrays(pa.array([0, 1, None, 2], pa.int32()), pa.array(["a", "b", "a"]))
+    d2 = pa.DictionaryArray.from_arrays(pa.array([1, 0, 0], pa.int32()), pa.array(["c", "b"]))
+    values, codes = from_dictionary(pa.chunked_array([d1, d2]))
+    want = ["a", "b", None, "a", "b", "c", "c"]
+    assert values.to_pylist() == want
+    decoded = [None if i < 0 else codes.dictionary[int(i)].as_py() for i in codes.indices]
+    assert decoded == want
+    assert len(set(codes.dictionary.to_pylist())) == len(codes.dictionary)  # one code per value
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    steps=st.lists(st.integers(0, 6), min_size=1, max_size=40),
+    codes=st.lists(st.integers(-1, 5), min_size=40, max_size=40),
+    wide=st.booleans(),
+)
+def test_step_runs_match_pandas(steps, codes, wide):
+    # the vectorised per-step rules against pandas' groupby / duplicated, in any row order
+    from cmp_bayes.log.validate import _DENSE_MAX_SLOTS, StepRuns
+
+    step = np.asarray(steps * (_DENSE_MAX_SLOTS if wide else 1), dtype=np.int64)
+    code = np.resize(np.asarray(codes), len(step))
+    runs = StepRuns.of(step)
+    frame = pd.DataFrame({"s": step, "c": code})
+    assert runs.any_repeat(code) == bool(frame.duplicated().any())
+    np.testing.assert_array_equal(runs.slot(), frame.groupby("s").cumcount().to_numpy())
+    mask = code > 2
+    want = pd.Series(mask).groupby(step).sum().to_numpy()
+    np.testing.assert_array_equal(runs.per_run_count(mask), want)

@@ -303,10 +303,9 @@ def _read_steps_jsonl(
         ),
         CONTEXT_COLUMNS,
     )
-    loc_steps = steps.assign(_file=str(file), _kind="line", _loc=s_line)
-    validate.check_steps(loc_steps)
+    validate.check_steps(steps, validate.Rows.lines(str(file), s_line))
     validate.check_contexts(
-        contexts.assign(_file=str(file), _kind="line", _loc=c_line), steps, design, design_file
+        contexts, steps["step"].to_numpy(np.int64), design, design_file, validate.Rows.lines(str(file), c_line)
     )
     rankings = None
     if any_ranking:
@@ -386,25 +385,29 @@ def _check_memories(log: ExposureLog) -> None:
     """With a memories file, every memory named in a context must be in the store then."""
     if log.memories is None or log.contexts.empty:
         return
-    mem = log.memories.set_index("memory_id")
     ctx = log.contexts
-    created = ctx["memory_id"].map(mem["created_step"])
-    deleted = ctx["memory_id"].map(mem["deleted_step"]).astype("Float64")
-    unknown = created.isna().to_numpy()
+    codes = validate.encode(ctx["memory_id"])
+    # each distinct context id's row in the memories table (-1: not there), then per context row
+    ids = validate.encode(log.memories["memory_id"])
+    entry = pc.index_in(codes.dictionary, value_set=ids.dictionary).fill_null(-1).to_numpy(zero_copy_only=False)
+    first = np.full(len(ids.dictionary) + 1, -1, dtype=np.int64)
+    first[ids.indices] = np.arange(len(ids.indices))  # the memories row of each id (unique in a valid file)
+    where = codes.lookup(np.where(entry >= 0, first[np.maximum(entry, 0)], -1), -1)
     file = _context_file(log)
+    unknown = where < 0
     if unknown.any():
-        i = int(np.flatnonzero(unknown)[0])
+        i = int(np.argmax(unknown))
         raise LogError(
             file,
             f"memory '{ctx['memory_id'].iloc[i]}' at step {ctx['step'].iloc[i]} is not in memories",
             field=f"context[{ctx['slot'].iloc[i]}].memory_id",
         )
-    st = ctx["step"].to_numpy(dtype=float)
-    outside = (st < created.to_numpy(dtype=float)) | (
-        deleted.notna().to_numpy() & (st >= deleted.to_numpy(dtype=float, na_value=np.inf))
-    )
+    created = log.memories["created_step"].to_numpy(np.int64)[where]
+    deleted = log.memories["deleted_step"].to_numpy(np.int64, na_value=np.iinfo(np.int64).max)[where]
+    st = ctx["step"].to_numpy(np.int64)
+    outside = (st < created) | (st >= deleted)
     if outside.any():
-        i = int(np.flatnonzero(outside)[0])
+        i = int(np.argmax(outside))
         raise LogError(
             file,
             f"memory '{ctx['memory_id'].iloc[i]}' is in the context at step {ctx['step'].iloc[i]} "
@@ -424,33 +427,59 @@ def _context_file(log: ExposureLog) -> str:
 
 # helpers used by the Parquet reader
 def arrow_list_to_long(col: pa.ChunkedArray | pa.Array, steps: np.ndarray) -> pd.DataFrame:
-    """Explode a list<string> ranking column into the long (step, rank, memory_id) table."""
+    """Explode a list<string> ranking column into the long rankings table (``RANKING_COLUMNS``).
+
+    ``steps[i]`` is the step of list ``i``; ``rank`` is the 0-based position in the list.
+    """
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
     flat = pc.list_flatten(arr)
     parents = pc.list_parent_indices(arr).to_numpy()
     lengths = pc.list_value_length(arr).fill_null(0).to_numpy()
-    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-    rank = np.arange(len(flat)) - np.repeat(starts, lengths)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    rank = np.arange(len(flat), dtype=np.int64) - np.repeat(starts, lengths)
+    if not pa.types.is_large_string(flat.type):
+        flat = flat.cast(pa.large_string())
     return pd.DataFrame(
-        {"step": steps[parents], "rank": rank, "memory_id": flat.to_pandas()}
+        {
+            "step": np.asarray(steps, dtype=np.int64)[parents],
+            "rank": rank,
+            "memory_id": pd.arrays.ArrowStringArray(pa.chunked_array([flat])),
+        },
+        copy=False,
     )
 
 
-def read_parquet_table(files: list[Path]) -> tuple[pa.Table, np.ndarray, np.ndarray]:
-    """Concatenate part files; return the table and per-row (file index, row in file)."""
-    tables, file_idx, row_idx = [], [], []
-    for i, f in enumerate(files):
+def read_parquet_table(
+    files: list[Path], dictionary: tuple[str, ...] = ()
+) -> tuple[pa.Table, validate.Rows]:
+    """Concatenate part files; return the table and where each row came from.
+
+    Columns named in ``dictionary`` that are strings in a file are read as
+    dictionary<string> straight from the Parquet dictionary pages (no string
+    is decoded twice; see :func:`cmp_bayes.log.validate.from_dictionary`).
+    """
+    tables = []
+    for f in files:
         try:
-            t = pq.read_table(f)
+            as_dict = None
+            if dictionary:
+                schema = pq.read_schema(f)
+                as_dict = [c for c in dictionary if c in schema.names and _is_text(schema.field(c).type)] or None
+            t = pq.read_table(f, read_dictionary=as_dict)
         except (pa.ArrowInvalid, OSError) as exc:
             raise LogError(f, f"not a readable Parquet file ({exc})") from None
         tables.append(t)
-        file_idx.append(np.full(t.num_rows, i))
-        row_idx.append(np.arange(t.num_rows))
+    rows = validate.Rows.parts(files, [t.num_rows for t in tables])
     if not tables:
-        return pa.table({}), np.zeros(0, int), np.zeros(0, int)
+        return pa.table({}), rows
     try:
         table = pa.concat_tables(tables, promote_options="permissive")
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        if dictionary:  # a mix of string and dictionary columns: read them as strings throughout
+            return read_parquet_table(files)
         raise LogError(files[0].parent, f"part files have incompatible schemas ({exc})") from None
-    return table, np.concatenate(file_idx), np.concatenate(row_idx)
+    return table, rows
+
+
+def _is_text(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t)

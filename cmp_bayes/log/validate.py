@@ -1,18 +1,32 @@
-"""Semantic checks shared by the JSONL and Parquet readers.
+"""Semantic checks shared by the JSONL and Parquet readers and the Dask engine.
 
-The readers parse each file into DataFrames that carry a location column
-(``_loc``: the JSONL line number, or the Parquet row within its part file, and
-``_file``); the checks here are vectorised and report the first offending
-row as a :class:`LogError` naming file, line or row, and field.
+Every check is a whole-column numpy / pyarrow expression: no Python loop runs
+over rows or steps. Only when a check fails is the offending row located (the
+first one, in table order) and the message built, naming the file, the JSONL
+line or the Parquet part file and row, and the field. Where locating the exact
+first row takes more work than detecting that one exists (a memory twice in a
+context, too many exposure slots in a step), detection is vectorised and the
+exact row is found on the failure path only.
+
+String columns (memory ids, sources) are handled as dictionary codes
+(:class:`Codes`): hashing each string once, and comparing integers after. The
+readers produce the codes while reading (Parquet dictionary pages) and
+:func:`encode` remembers them for the column they belong to, so that
+:func:`cmp_bayes.statistics.exposure_stats` on a log just read does not hash
+the ids again.
 """
 
 from __future__ import annotations
 
 import math
+import weakref
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from cmp_bayes.constants import EXPOSURE, SOURCES
 from cmp_bayes.errors import LogError
@@ -20,93 +34,495 @@ from cmp_bayes.errors import LogError
 #: relative tolerance when comparing a slot's propensity with the design's pool
 PROPENSITY_RTOL = 1e-9
 
+#: longest context (slots in one step) checked for repeats by the dense
+#: pairwise comparison; longer ones fall back to a sort
+_DENSE_MAX_SLOTS = 64
 
-def fail_at(frame: pd.DataFrame, mask: np.ndarray | pd.Series, field: str, message: str) -> None:
-    """Raise a LogError at the first row of ``frame`` where ``mask`` is true (if any)."""
-    mask = np.asarray(mask, dtype=bool)
-    if not mask.any():
-        return
-    i = int(np.flatnonzero(mask)[0])
-    row = frame.iloc[i]
-    kind = row["_kind"]
-    loc = int(row["_loc"])
-    values = {k: row[k] for k in row.index if isinstance(k, str) and not k.startswith("_")}
+
+# --------------------------------------------------------------------------- row locations
+
+
+@dataclass(frozen=True)
+class Rows:
+    """Where each row of a checked table came from; consulted only to report an error.
+
+    Attributes
+    ----------
+    files : tuple of str
+        The file (JSONL) or the part files (Parquet, in reading order).
+    kind : {"line", "row"}
+        JSONL line numbers or Parquet rows.
+    loc : numpy.ndarray, shape (n,), optional
+        JSONL: the 1-based line of each row.
+    starts : numpy.ndarray, shape (len(files) + 1,), optional
+        Parquet: the first row of each part file in the concatenated table.
+    order : numpy.ndarray, shape (n,), optional
+        Parquet: row ``i`` of the checked table is row ``order[i]`` of the
+        concatenated table (None: the same order).
+    """
+
+    files: tuple[str, ...]
+    kind: str
+    loc: np.ndarray | None = None
+    starts: np.ndarray | None = None
+    order: np.ndarray | None = None
+
+    @classmethod
+    def lines(cls, file: str, lines: np.ndarray | list[int]) -> Rows:
+        """Rows of one JSONL file, at the given 1-based line numbers."""
+        return cls((str(file),), "line", loc=np.asarray(lines, dtype=np.int64))
+
+    @classmethod
+    def parts(cls, files: list[Any] | tuple[Any, ...], counts: list[int] | np.ndarray) -> Rows:
+        """Rows of Parquet part files with ``counts`` rows each, concatenated in order."""
+        starts = np.concatenate(([0], np.cumsum(np.asarray(counts, dtype=np.int64))))
+        return cls(tuple(str(f) for f in files), "row", starts=starts)
+
+    def reordered(self, order: np.ndarray) -> Rows:
+        """The same rows after ``table.take(order)``."""
+        if self.kind == "line":
+            return Rows(self.files, "line", loc=self.loc[order])
+        base = order if self.order is None else self.order[order]
+        return Rows(self.files, "row", starts=self.starts, order=base)
+
+    def where(self, i: int) -> tuple[str, int]:
+        """(file, line) or (part file, 0-based row in it) of row ``i``."""
+        if self.kind == "line":
+            return self.files[0], int(self.loc[i])
+        g = int(self.order[i]) if self.order is not None else int(i)
+        f = int(np.searchsorted(self.starts, g, side="right")) - 1
+        return self.files[f], g - int(self.starts[f])
+
+
+def fail_row(
+    frame: pd.DataFrame, i: int, rows: Rows, field: str, message: str, codes: dict[str, Codes] | None = None
+) -> None:
+    """Raise the LogError for row ``i`` of ``frame``.
+
+    ``{column}`` in ``field`` / ``message`` is that row's value; the columns in
+    ``codes`` are taken from their codes (the frame need not hold them as strings).
+    """
+    # column by column: a row of mixed dtypes would turn 3 into 3.0
+    values = {k: frame[k].iloc[int(i)] for k in frame.columns if isinstance(k, str) and not k.startswith("_")}
+    for name, c in (codes or {}).items():
+        code = int(c.indices[int(i)])
+        values[name] = c.dictionary[code].as_py() if code >= 0 else pd.NA
     fld = field.format(**values)
     msg = message.format(**values)
-    if kind == "line":
-        raise LogError(row["_file"], msg, line=loc, field=fld)
-    raise LogError(row["_file"], msg, row=loc, field=fld)
+    file, loc = rows.where(int(i))
+    if rows.kind == "line":
+        raise LogError(file, msg, line=loc, field=fld)
+    raise LogError(file, msg, row=loc, field=fld)
 
 
-def check_steps(steps: pd.DataFrame) -> None:
+def fail_at(
+    frame: pd.DataFrame,
+    mask: np.ndarray | pd.Series,
+    rows: Rows,
+    field: str,
+    message: str,
+    codes: dict[str, Codes] | None = None,
+) -> None:
+    """Raise a LogError at the first row of ``frame`` where ``mask`` is true (if any); see :func:`fail_row`."""
+    mask = np.asarray(mask, dtype=bool)
+    if mask.any():
+        fail_row(frame, int(np.argmax(mask)), rows, field, message, codes)
+
+
+# --------------------------------------------------------------------------- dictionary codes
+
+
+@dataclass(frozen=True)
+class Codes:
+    """A string column as dictionary codes: row ``i`` holds ``dictionary[indices[i]]``.
+
+    Attributes
+    ----------
+    indices : numpy.ndarray, shape (n,), int32 or int64
+        Position of each row's value in ``dictionary``; -1 for a null.
+    dictionary : pyarrow.Array, shape (U,)
+        Distinct non-null values (string), in no particular order.
+    """
+
+    indices: np.ndarray
+    dictionary: pa.Array
+
+    def lookup(self, table: np.ndarray, missing: Any, rows: np.ndarray | None = None) -> np.ndarray:
+        """``table[indices]`` (at ``rows`` only, when given) for a per-dictionary-entry ``table``
+        of shape (U,); ``missing`` for nulls."""
+        table = np.asarray(table)
+        ext = np.append(table, np.asarray([missing], dtype=table.dtype))
+        idx = self.indices if rows is None else self.indices[rows]
+        return ext[idx]  # index -1 (null) picks the appended entry
+
+    def has_null(self) -> bool:
+        return bool(len(self.indices)) and int(self.indices.min()) < 0
+
+    def code_of(self, value: str) -> int:
+        """The code of ``value`` (-2 when the column never holds it: matches no row, not even a null)."""
+        hit = pc.index(self.dictionary, pa.scalar(value, self.dictionary.type)).as_py()
+        return -2 if hit < 0 else int(hit)
+
+
+#: Codes of columns already encoded, by id of the column's pyarrow ChunkedArray
+#: (weakly referenced: the entry dies with the column). Arrow arrays are
+#: immutable and pandas replaces a column's ChunkedArray on any change, so an
+#: entry whose array is still alive is still exact.
+_REMEMBERED: dict[int, tuple[weakref.ref, Codes]] = {}
+
+
+def arrow_column(values: pd.Series | pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
+    """The pyarrow data of a column: zero-copy for pyarrow-backed pandas columns."""
+    if isinstance(values, pa.ChunkedArray | pa.Array):
+        return values
+    arr = values.array
+    if isinstance(arr, pd.arrays.ArrowExtensionArray):
+        return arr.__arrow_array__()
+    try:
+        return pa.array(values, from_pandas=True)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return pa.array(values.astype("string").to_numpy(dtype=object, na_value=None), pa.large_string())
+
+
+def remember(values: pd.Series | pa.ChunkedArray, codes: Codes) -> None:
+    """Record ``codes`` as the encoding of ``values`` (a pyarrow-backed column)."""
+    arr = arrow_column(values)
+    if not isinstance(arr, pa.ChunkedArray):
+        return
+    key = id(arr)
+    _REMEMBERED[key] = (weakref.ref(arr, lambda _r, k=key: _REMEMBERED.pop(k, None)), codes)
+
+
+def encode(values: pd.Series | pa.ChunkedArray | pa.Array) -> Codes:
+    """Dictionary codes of a string column (remembered for pyarrow-backed columns)."""
+    orig = arrow_column(values)
+    hit = _REMEMBERED.get(id(orig))
+    if hit is not None and hit[0]() is orig:
+        return hit[1]
+    arr = orig
+    if not (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)):
+        arr = arr.cast(pa.large_string())
+    flat = arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
+    enc = pc.dictionary_encode(flat)
+    indices = enc.indices
+    if indices.null_count:
+        indices = indices.fill_null(-1)
+    codes = Codes(indices.to_numpy(zero_copy_only=False), enc.dictionary.cast(pa.large_string()))
+    remember(orig, codes)
+    return codes
+
+
+def from_dictionary(col: pa.ChunkedArray, values: bool = True) -> tuple[pa.ChunkedArray | None, Codes]:
+    """A dictionary<string> column: its values as large_string (None unless ``values``) and its codes.
+
+    A Parquet reader hands out one dictionary per row group, repeated (same
+    buffers) in every batch of it: only the distinct ones are merged, so the
+    cost is one hash per distinct value per row group, not per row.
+    """
+    n = len(col)
+    distinct: dict[tuple[int, ...], int] = {}
+    dicts: list[pa.Array] = []
+    which: list[int] = []
+    for chunk in col.chunks:
+        d = chunk.dictionary
+        key = (*(b.address if b is not None else 0 for b in d.buffers()), d.offset, len(d))
+        if key not in distinct:
+            distinct[key] = len(dicts)
+            dicts.append(d if pa.types.is_large_string(d.type) else d.cast(pa.large_string()))
+        which.append(distinct[key])
+    if not dicts:
+        empty = pa.array([], pa.large_string())
+        return pa.chunked_array([empty]), Codes(np.full(n, -1, np.int32), empty)
+    dictionary = pc.unique(pa.concat_arrays(dicts)) if len(dicts) > 1 else dicts[0]
+    # the first dictionary maps onto itself when its values are distinct (Parquet's always are)
+    first_exact = pc.count_distinct(dicts[0], mode="all").as_py() == len(dicts[0])
+    if len(dicts) == 1 and not first_exact:
+        dictionary = pc.unique(dictionary)
+    maps = [
+        None if k == 0 and first_exact
+        else pc.index_in(d, value_set=dictionary).to_numpy(zero_copy_only=False).astype(np.int32)
+        for k, d in enumerate(dicts)
+    ]
+    parts = []
+    for chunk, k in zip(col.chunks, which, strict=True):
+        idx = chunk.indices
+        idx = (idx.fill_null(-1) if idx.null_count else idx).to_numpy(zero_copy_only=False)
+        if maps[k] is not None:
+            idx = np.where(idx >= 0, maps[k][np.maximum(idx, 0)], -1)
+        parts.append(idx.astype(np.int32, copy=False))
+    indices = np.concatenate(parts) if len(parts) != 1 else parts[0]
+    if len(dictionary) < 127:  # sources, groups: one byte a row
+        indices = indices.astype(np.int8)
+    if not values:
+        return None, Codes(indices, dictionary)
+    take = pa.array(indices, mask=indices < 0) if col.null_count else pa.array(indices)
+    return pa.chunked_array([dictionary.take(take)]), Codes(indices, dictionary)
+
+
+# --------------------------------------------------------------------------- steps
+
+
+def check_steps(steps: pd.DataFrame, rows: Rows) -> None:
     """Outcome range and strictly increasing, unique steps."""
     out = steps["outcome"].to_numpy(dtype=float)
-    fail_at(steps, ~np.isfinite(out), "outcome", "outcome must be a finite number, got {outcome}")
-    fail_at(steps, (out < 0) | (out > 1), "outcome", "outcome must be in [0, 1], got {outcome}")
+    fail_at(steps, ~np.isfinite(out), rows, "outcome", "outcome must be a finite number, got {outcome}")
+    fail_at(steps, (out < 0) | (out > 1), rows, "outcome", "outcome must be in [0, 1], got {outcome}")
     st = steps["step"].to_numpy(dtype=np.int64)
-    fail_at(steps, st < 0, "step", "step must be an integer >= 0, got {step}")
+    fail_at(steps, st < 0, rows, "step", "step must be an integer >= 0, got {step}")
     if len(st) > 1:
-        bad = np.concatenate([[False], st[1:] <= st[:-1]])
-        prev = np.concatenate([[0], st[:-1]])
+        bad = st[1:] <= st[:-1]
         if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            what = "repeats" if st[i] == prev[i] else "goes backwards from"
-            fail_at(
+            i = int(np.argmax(bad)) + 1
+            prev = int(st[i - 1])
+            what = "repeats" if st[i] == prev else "goes backwards from"
+            fail_row(
                 steps,
-                np.arange(len(st)) == i,
+                i,
+                rows,
                 "step",
-                f"step {{step}} {what} the previous step {int(prev[i])}; steps must be unique and strictly increasing",
+                f"step {{step}} {what} the previous step {prev}; steps must be unique and strictly increasing",
             )
 
 
+# --------------------------------------------------------------------------- contexts
+
+
+@dataclass(frozen=True)
+class StepRuns:
+    """The rows of each step of a contexts table, as runs of a stable sort by step.
+
+    ``order`` (None when the table is already sorted by step) sorts the rows;
+    in that order run ``r`` is rows ``starts[r] : starts[r] + lengths[r]``.
+    """
+
+    order: np.ndarray | None
+    starts: np.ndarray
+    lengths: np.ndarray
+
+    @classmethod
+    def of(cls, step: np.ndarray) -> StepRuns:
+        n = len(step)
+        order = None
+        if n > 1 and not bool(np.all(step[1:] >= step[:-1])):
+            order = np.argsort(step, kind="stable")
+            step = step[order]
+        if n == 0:
+            return cls(order, np.zeros(0, np.int64), np.zeros(0, np.int64))
+        new = np.empty(n, dtype=bool)
+        new[0] = True
+        np.not_equal(step[1:], step[:-1], out=new[1:])
+        starts = np.flatnonzero(new)
+        lengths = np.diff(np.append(starts, n))
+        return cls(order, starts, lengths)
+
+    def sorted(self, a: np.ndarray) -> np.ndarray:
+        return a if self.order is None else a[self.order]
+
+    def slot(self) -> np.ndarray:
+        """Each row's 0-based position within its step, in table order (the spec's slot)."""
+        n = int(self.lengths.sum())
+        width = int(self.lengths.max()) if n else 0
+        if n and n == width * len(self.starts):  # every step has the same number of slots
+            pos = np.tile(np.arange(width, dtype=np.int64), len(self.starts))
+        else:
+            pos = np.arange(n, dtype=np.int64) - np.repeat(self.starts, self.lengths)
+        if self.order is None:
+            return pos
+        out = np.empty(n, dtype=np.int64)
+        out[self.order] = pos
+        return out
+
+    def per_run_count(self, mask: np.ndarray) -> np.ndarray:
+        """Number of true rows of ``mask`` (table order) in each run, shape (runs,)."""
+        m = self.sorted(mask)
+        width = int(self.lengths.max()) if len(self.lengths) else 0
+        if width and len(m) == width * len(self.starts):  # every step has the same number of slots
+            return m.reshape(-1, width).sum(axis=1)
+        run = np.searchsorted(self.starts, np.flatnonzero(m), side="right") - 1
+        return np.bincount(run, minlength=len(self.starts))
+
+    def first_rows(self) -> np.ndarray:
+        """Table row of the first row of each run."""
+        return self.starts if self.order is None else self.order[self.starts]
+
+    def any_repeat(self, codes: np.ndarray) -> bool:
+        """Whether some run holds one code twice."""
+        if len(self.starts) == 0:
+            return False
+        width = int(self.lengths.max())
+        if width <= 1:
+            return False
+        c = self.sorted(codes)
+        n_runs = len(self.starts)
+        if width <= _DENSE_MAX_SLOTS and n_runs * width <= 4 * len(c) + 1024:
+            if bool(np.all(self.lengths == width)):
+                mat = c.reshape(n_runs, width)
+            else:
+                # pad short runs with distinct negative values (codes are >= -1)
+                mat = -2 - np.arange(n_runs * width, dtype=np.int64).reshape(n_runs, width)
+                run = np.repeat(np.arange(n_runs), self.lengths)
+                pos = np.arange(len(c)) - np.repeat(self.starts, self.lengths)
+                mat[run, pos] = c
+            # every pair of positions (j - d, j) within a run, one offset d at a time
+            return any(bool((mat[:, d:] == mat[:, :-d]).any()) for d in range(1, width))
+        run = np.repeat(np.arange(n_runs, dtype=np.int64), self.lengths)
+        o = np.lexsort((c, run))
+        rr, cc = run[o], c[o]
+        return bool(np.any((rr[1:] == rr[:-1]) & (cc[1:] == cc[:-1])))
+
+
 def check_contexts(
-    contexts: pd.DataFrame, steps: pd.DataFrame, design: dict[str, Any] | None, design_file: str
+    contexts: pd.DataFrame,
+    step_values: np.ndarray,
+    design: dict[str, Any] | None,
+    design_file: str,
+    rows: Rows,
+    memory: Codes | None = None,
+    source: Codes | None = None,
+    runs: StepRuns | None = None,
+    pool: PoolTable | None = None,
 ) -> None:
-    """Slot-level rules of the spec, on the long contexts table."""
+    """Slot-level rules of the spec, on the long contexts table.
+
+    Parameters
+    ----------
+    contexts : pandas.DataFrame
+        ``step``, ``slot`` (names the field in errors), ``rank``, ``propensity``
+        and, unless their codes are given, ``memory_id`` and ``source``.
+    step_values : numpy.ndarray
+        The steps of the log (sorted); a slot naming another step is rejected.
+    design, design_file
+        ``design.json`` content (or None) and its path, for messages.
+    rows : Rows
+        Where each row of ``contexts`` came from.
+    memory, source : Codes, optional
+        Codes of ``memory_id`` and ``source`` when the caller has them.
+    runs : StepRuns, optional
+        ``StepRuns.of(contexts["step"])`` when the caller has it.
+    pool : PoolTable, optional
+        ``PoolTable.of(design["pool"])`` when the caller has it.
+    """
     if contexts.empty:
         return
-    src = contexts["source"].astype(str)
-    fail_at(contexts, ~src.isin(SOURCES).to_numpy(), "context[{slot}].source",
-            "unknown source '{source}' (expected 'retriever' or 'exposure')")
-    rank = contexts["rank"]
-    fail_at(contexts, (rank.notna() & (rank < 0)).to_numpy(dtype=bool), "context[{slot}].rank",
-            "rank must be an integer >= 0, got {rank}")
-    dup = contexts.duplicated(["step", "memory_id"], keep="first").to_numpy()
-    fail_at(contexts, dup, "context[{slot}].memory_id",
-            "memory '{memory_id}' appears twice in the context of step {step}")
-    known = np.isin(contexts["step"].to_numpy(), steps["step"].to_numpy())
-    fail_at(contexts, ~known, "step", "slot refers to step {step}, which is not in steps")
+    src = source if source is not None else encode(contexts["source"])
+    mem = memory if memory is not None else encode(contexts["memory_id"])
+    ids = {"memory_id": mem, "source": src}
 
-    is_exp = (src == EXPOSURE).to_numpy()
+    def fail(mask: np.ndarray, field: str, message: str) -> None:
+        fail_at(contexts, mask, rows, field, message, ids)
+
+    def fail_first(i: int, field: str, message: str) -> None:
+        fail_row(contexts, i, rows, field, message, ids)
+
+    # each check: a cheap whole-column test first; the row mask only when it fails
+    ok = pc.is_in(src.dictionary, value_set=pa.array(SOURCES, src.dictionary.type)).to_numpy(zero_copy_only=False)
+    if not ok.all() or src.has_null():
+        fail(~src.lookup(ok, False), "context[{slot}].source",
+             "unknown source '{source}' (expected 'retriever' or 'exposure')")
+    rank = contexts["rank"]
+    if _bounds(rank)[0] < 0:
+        fail(rank.to_numpy(dtype=np.int64, na_value=0) < 0, "context[{slot}].rank",
+             "rank must be an integer >= 0, got {rank}")
+    step = contexts["step"].to_numpy(np.int64)
+    runs = runs if runs is not None else StepRuns.of(step)
+    if runs.any_repeat(mem.indices):
+        dup = pd.DataFrame({"s": step, "m": mem.indices}).duplicated(keep="first").to_numpy()
+        fail(dup, "context[{slot}].memory_id", "memory '{memory_id}' appears twice in the context of step {step}")
+    # one lookup per distinct step; the row mask only when one is unknown
+    if not _known_steps(step[runs.first_rows()], np.asarray(step_values, np.int64)).all():
+        fail(~_known_steps(step, np.asarray(step_values, np.int64)), "step",
+             "slot refers to step {step}, which is not in steps")
+
+    is_exp = src.indices == src.code_of(EXPOSURE)
+    exp_rows = np.flatnonzero(is_exp)
     prop = contexts["propensity"]
-    has_p = prop.notna().to_numpy()
-    fail_at(contexts, is_exp & ~has_p, "context[{slot}].propensity",
-            "exposure slot for memory '{memory_id}' has no propensity")
-    pv = prop.to_numpy(dtype=float, na_value=np.nan)
-    bad_range = has_p & ~((pv > 0) & (pv <= 1))
-    fail_at(contexts, bad_range, "context[{slot}].propensity",
-            "propensity must be in (0, 1], got {propensity}")
-    if not is_exp.any():
+    exp_p = prop.array[exp_rows]
+    no_p = np.asarray(exp_p.isna(), dtype=bool)
+    if no_p.any():
+        fail_first(int(exp_rows[np.argmax(no_p)]), "context[{slot}].propensity",
+                   "exposure slot for memory '{memory_id}' has no propensity")
+    lo, hi = _bounds(prop)
+    if not (lo > 0 and hi <= 1):  # NaN fails both
+        has_p = prop.notna().to_numpy()
+        pv = prop.to_numpy(dtype=float, na_value=np.nan)
+        fail(has_p & ~((pv > 0) & (pv <= 1)), "context[{slot}].propensity",
+             "propensity must be in (0, 1], got {propensity}")
+    if len(exp_rows) == 0:
         return
     if design is None:
-        fail_at(contexts, is_exp, "context[{slot}].source",
-                "exposure slot but the log has no design.json")
-    pool = design.get("pool", {})
+        fail_first(int(exp_rows[0]), "context[{slot}].source", "exposure slot but the log has no design.json")
     # look up only the exposure slots: retriever slots are most rows and need no pool value
-    pool_p = np.full(len(contexts), np.nan)
-    exp_ids = contexts["memory_id"].to_numpy()[is_exp]
-    pool_p[is_exp] = pd.Series(exp_ids).map(pool).to_numpy(dtype=float, na_value=np.nan)
-    fail_at(contexts, is_exp & np.isnan(pool_p), "context[{slot}].memory_id",
-            f"exposed memory '{{memory_id}}' is not in the pool of {design_file}")
-    disagree = is_exp & ~np.isclose(pv, pool_p, rtol=PROPENSITY_RTOL, atol=0.0)
-    fail_at(contexts, disagree, "context[{slot}].propensity",
-            f"propensity {{propensity}} disagrees with {design_file} pool value for '{{memory_id}}'")
+    table = pool if pool is not None else PoolTable.of(design.get("pool", {}))
+    pool_p = mem.lookup(pool_lookup(table, mem.dictionary), np.nan, exp_rows)
+    missing = np.isnan(pool_p)
+    if missing.any():
+        fail_first(int(exp_rows[np.argmax(missing)]), "context[{slot}].memory_id",
+                   f"exposed memory '{{memory_id}}' is not in the pool of {design_file}")
+    pv = np.asarray(exp_p.to_numpy(dtype=float, na_value=np.nan))
+    disagree = ~np.isclose(pv, pool_p, rtol=PROPENSITY_RTOL, atol=0.0)
+    if disagree.any():
+        fail_first(int(exp_rows[np.argmax(disagree)]), "context[{slot}].propensity",
+                   f"propensity {{propensity}} disagrees with {design_file} pool value for '{{memory_id}}'")
     k = int(design["exposure_slots"])
-    per_step = pd.Series(is_exp).groupby(contexts["step"].to_numpy()).transform("sum").to_numpy()
-    # report at the first exposure slot beyond the k-th, so the field points at the offender
-    nth = pd.Series(is_exp.astype(int)).groupby(contexts["step"].to_numpy()).cumsum().to_numpy()
-    fail_at(contexts, is_exp & (per_step > k) & (nth > k), "context",
-            f"step {{step}} has more exposure slots than design.exposure_slots = {k}")
+    if bool((runs.per_run_count(is_exp) > k).any()):
+        # failure path: report at the first exposure slot beyond the k-th, so the field points at the offender
+        per_step = pd.Series(is_exp).groupby(step).transform("sum").to_numpy()
+        nth = pd.Series(is_exp.astype(int)).groupby(step).cumsum().to_numpy()
+        fail(is_exp & (per_step > k) & (nth > k), "context",
+             f"step {{step}} has more exposure slots than design.exposure_slots = {k}")
+
+
+def _bounds(values: pd.Series) -> tuple[float, float]:
+    """(min, max) over the non-null values; (inf, -inf) when there are none, NaN when a value is NaN."""
+    arr = pa.array(values.array) if not isinstance(values.array, pd.arrays.ArrowExtensionArray) else (
+        values.array.__arrow_array__()
+    )
+    if arr.null_count == len(arr):
+        return np.inf, -np.inf
+    if pa.types.is_floating(arr.type) and pc.any(pc.is_nan(arr)).as_py():
+        return np.nan, np.nan
+    mm = pc.min_max(arr)
+    return float(mm["min"].as_py()), float(mm["max"].as_py())
+
+
+def _known_steps(step: np.ndarray, step_values: np.ndarray) -> np.ndarray:
+    """Whether each ``step`` is one of ``step_values``."""
+    s = len(step_values)
+    if s == 0:
+        return np.zeros(len(step), dtype=bool)
+    d = np.diff(step_values)
+    if bool(np.all(d == 1)):  # 0..T-1 and any other run of consecutive steps
+        return (step >= step_values[0]) & (step <= step_values[-1])
+    if bool(np.all(d >= 0)):
+        pos = np.searchsorted(step_values, step)
+        return step_values[np.minimum(pos, s - 1)] == step
+    return np.isin(step, step_values)
+
+
+@dataclass(frozen=True)
+class PoolTable:
+    """A design pool as arrays: ``keys[i]`` (memory id) has propensity ``values[i]``."""
+
+    keys: pa.Array  # (P,) large_string
+    values: np.ndarray  # (P,) float64
+
+    @classmethod
+    def of(cls, pool: dict[str, float]) -> PoolTable:
+        return cls(pa.array(list(pool), pa.large_string()), np.fromiter(pool.values(), dtype=np.float64, count=len(pool)))
+
+
+def pool_lookup(pool: dict[str, float] | PoolTable, ids: pa.Array) -> np.ndarray:
+    """Each id's design-pool propensity (NaN outside the pool), shape (len(ids),)."""
+    table = pool if isinstance(pool, PoolTable) else PoolTable.of(pool)
+    if len(table.keys) == 0:
+        return np.full(len(ids), np.nan)
+    if not pa.types.is_large_string(ids.type):
+        ids = ids.cast(pa.large_string())
+    pos = pc.index_in(ids, value_set=table.keys).fill_null(-1).to_numpy(zero_copy_only=False)
+    return np.where(pos >= 0, table.values[np.maximum(pos, 0)], np.nan)
+
+
+# --------------------------------------------------------------------------- design.json
 
 
 def check_design(design: Any, file: str) -> dict[str, Any]:
@@ -135,10 +551,19 @@ def check_design(design: Any, file: str) -> dict[str, Any]:
     pool = design.get("pool")
     if not isinstance(pool, dict):
         raise LogError(file, "missing required field 'pool' (an object of memory id -> propensity)", field="pool")
-    for mid, p in pool.items():
-        if not _is_number(p) or not (0 < float(p) <= 1):
-            raise LogError(file, f"pool propensity must be a number in (0, 1], got {p!r}", field=f"pool.{mid}")
-    out["pool"] = {str(k): float(v) for k, v in pool.items()}
+    # the common case in one pass over the types and one numpy expression over the values;
+    # the per-entry loop below only runs to name the offending entry
+    ok = set(map(type, pool.values())) <= {int, float}
+    if ok:
+        p = np.fromiter(pool.values(), dtype=np.float64, count=len(pool))
+        ok = bool(np.all(np.isfinite(p) & (p > 0) & (p <= 1)))
+    if not ok:
+        for mid, v in pool.items():
+            if not _is_number(v) or not (0 < float(v) <= 1):
+                raise LogError(file, f"pool propensity must be a number in (0, 1], got {v!r}", field=f"pool.{mid}")
+        p = np.asarray([float(v) for v in pool.values()], dtype=np.float64)  # e.g. numpy floats
+    keys = pool.keys() if set(map(type, pool)) <= {str} else [str(k) for k in pool]
+    out["pool"] = dict(zip(keys, p.tolist(), strict=True))
     return out
 
 
