@@ -4,11 +4,18 @@ Everything downstream (diagnostics, estimators, the PyMC model) reads these
 aggregates instead of the log, so the cost of a fit grows with the log once
 (here) and afterwards only with the number of memories.
 
-Cost: one pass of integer code lookups and ``numpy.bincount`` over the context
-rows; in-store counts come from ``numpy.searchsorted`` of each memory's
-lifetime into the (sorted) step indices plus prefix sums of the outcomes, so
-no Python loop ever runs over steps (only over the queries or groups when
-``by`` is given).
+Cost: one pass of ``numpy.bincount`` per arm over the context rows, keyed by
+the dictionary codes of the memory ids (:func:`cmp_bayes.log.validate.encode`:
+the codes the reader produced, so no id is hashed twice) and mapped to the
+sorted memory index once per distinct id; each row's outcome is one gather
+(a ``repeat`` over the steps when the contexts are in step order). In-store
+counts come from ``numpy.searchsorted`` of each memory's lifetime into the
+(sorted) steps plus prefix sums of the outcomes, for every (memory, cell) at
+once: no Python loop runs over rows, steps, queries or groups.
+
+Exactness: every per-(memory, cell) sum adds its terms in row order, as one
+``bincount`` over the whole table does; binary outcomes (0/1) reuse the sum
+as the sum of squares (equal bit for bit).
 """
 
 from __future__ import annotations
@@ -40,20 +47,51 @@ SUM_VARS: tuple[str, ...] = (
     "control_outcome_sum",
     "control_outcome_sumsq",
 )
+#: per-arm context aggregates: {retrieved, exposed, in_context} x {n, sum, sumsq}
+ARMS: tuple[str, ...] = ("retrieved", "exposed", "in_context")
+ARM_COLS: tuple[str, ...] = tuple(f"{a}_{s}" for a in ARMS for s in ("n", "sum", "sumsq"))
 
 _NEVER = np.iinfo(np.int64).max  # deleted_step of a memory never deleted
 
 
-def _codes(values: pd.Series, categories: pd.Index) -> np.ndarray:
-    """Integer position of each value in ``categories`` (-1 when absent), vectorised.
+# --------------------------------------------------------------------------- ids
 
-    Uses pyarrow's hash-based ``index_in`` which is much faster than pandas'
-    object-index lookup on pyarrow-backed string columns.
-    """
-    arr = pa.array(values.astype("string[pyarrow]"), type=pa.large_string())
-    cats = pa.array(np.asarray(categories, dtype=object), type=pa.large_string())
-    idx = pc.index_in(arr, value_set=cats)
+
+def arrow_strings(values: pd.Series | pd.Index | np.ndarray | list) -> pa.Array:
+    """A column of string ids as one pyarrow large_string array (no copy for pyarrow-backed columns)."""
+    from cmp_bayes.log.validate import arrow_column
+
+    if isinstance(values, pd.Index | np.ndarray | list):
+        values = pd.Series(np.asarray(values, dtype=object), dtype="string")
+    arr = arrow_column(values)
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
+    return arr if pa.types.is_large_string(arr.type) else arr.cast(pa.large_string())
+
+
+def sorted_unique(*arrays: pa.Array) -> pa.Array:
+    """Distinct values of string arrays, sorted as Python sorts ``str`` (UTF-8 byte order = code point order)."""
+    arrs = [a if pa.types.is_large_string(a.type) else a.cast(pa.large_string()) for a in arrays if len(a)]
+    if not arrs:
+        return pa.array([], pa.large_string())
+    u = pc.unique(pa.concat_arrays(arrs) if len(arrs) > 1 else arrs[0])
+    return u.take(pc.sort_indices(u))
+
+
+def to_index(ids: pa.Array, name: str) -> pd.Index:
+    """A sorted pyarrow id array as the object-dtype pandas Index the Dataset coordinates use."""
+    return pd.Index(ids.to_numpy(zero_copy_only=False), name=name, dtype="object")
+
+
+def positions(values: pa.Array, categories: pa.Array) -> np.ndarray:
+    """Position of each value in ``categories`` (-1 when absent or null), int64, shape (len(values),)."""
+    idx = pc.index_in(values, value_set=categories)
     return idx.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def _codes(values: pd.Series, categories: pd.Index) -> np.ndarray:
+    """Integer position of each value in ``categories`` (-1 when absent), vectorised (pyarrow hashing)."""
+    return positions(arrow_strings(values), arrow_strings(categories))
 
 
 def _lifetimes(log: ExposureLog, memory: pd.Index) -> tuple[np.ndarray, np.ndarray]:
@@ -70,56 +108,216 @@ def _lifetimes(log: ExposureLog, memory: pd.Index) -> tuple[np.ndarray, np.ndarr
     return created, deleted
 
 
+def _memory_index(log: ExposureLog, context_ids: pa.Array) -> pa.Array | None:
+    """``log.memory_ids()`` as a sorted pyarrow array, from the distinct context ids; None when
+    an id is null (then the schema's own method decides)."""
+    if log.memories is not None:
+        ids = arrow_strings(log.memories["memory_id"])
+        return None if ids.null_count else sorted_unique(ids)
+    parts = [context_ids]
+    if log.rankings is not None:
+        from cmp_bayes.log.validate import encode
+
+        r = encode(log.rankings["memory_id"])
+        if r.has_null():
+            return None
+        parts.append(r.dictionary)
+    pool = (log.design or {}).get("pool", {}) or {}
+    if pool:
+        parts.append(pa.array(list(pool), pa.large_string()))
+    return sorted_unique(*parts)
+
+
+# --------------------------------------------------------------------------- cells
+
+
 def _cells(log: ExposureLog, by: By) -> tuple[pd.Index | None, np.ndarray]:
     """The cell index (queries or groups; None without ``by``) and each step's cell code."""
+    from cmp_bayes.log.validate import encode
+
     steps = log.steps
     if by is None:
         return None, np.zeros(len(steps), dtype=np.int64)
+    col = steps["query_id"] if by == "query" else steps["group"]
+    codes = encode(col)
+    names = codes.dictionary
     if by == "query":
-        cells = log.query_ids()
-        return cells, _codes(steps["query_id"], cells)
-    groups = steps["group"].astype("string").fillna("")
+        if codes.has_null():  # the schema's own rule for odd logs
+            cells = log.query_ids()
+            return cells, _codes(steps["query_id"], cells)
+        sorted_names = sorted_unique(names)
+        entry = positions(names, sorted_names)
+        return to_index(sorted_names, "query"), codes.lookup(entry, -1)
     # a step without a group belongs to the group "" so that summing over groups
     # gives the memory-level statistics back
-    cells = pd.Index(np.sort(groups.astype(str).unique()), name="group", dtype="object")
-    return cells, _codes(groups, cells)
+    extra = [pa.array([""], pa.large_string())] if codes.has_null() else []
+    sorted_names = sorted_unique(names, *extra)
+    entry = positions(names, sorted_names)
+    blank = int(positions(pa.array([""], pa.large_string()), sorted_names)[0])
+    return to_index(sorted_names, "group"), codes.lookup(entry, blank)
 
 
-def _in_store(
+# --------------------------------------------------------------------------- in store
+
+
+def in_store_sums(
     step_vals: np.ndarray,
     outcome: np.ndarray,
     cell_of_step: np.ndarray,
     n_cells: int,
-    created: np.ndarray,
-    deleted: np.ndarray,
-    lifetimes: bool,
+    created: np.ndarray | None,
+    deleted: np.ndarray | None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Steps in store and the outcome sum / sum of squares over them, each (M, C)."""
-    m = len(created)
-    count = np.zeros((m, n_cells), dtype=np.int64)
-    total = np.zeros((m, n_cells), dtype=np.float64)
-    total_sq = np.zeros((m, n_cells), dtype=np.float64)
-    for c in range(n_cells):  # loop over queries / groups, never over steps
-        sel = cell_of_step == c
-        sv, y = step_vals[sel], outcome[sel]
+    """Steps in store and the outcome sum / sum of squares over them, each (M, C).
+
+    Parameters
+    ----------
+    step_vals, outcome, cell_of_step : numpy.ndarray, shape (S,)
+        The steps (strictly increasing), their outcomes and cell codes.
+    created, deleted : numpy.ndarray, shape (M,), or None
+        Lifetimes (``deleted`` exclusive); None: every memory always in the
+        store (then M = 1 and the caller broadcasts).
+
+    Notes
+    -----
+    Each cell's sums are numpy's over that cell's outcomes in step order (its
+    pairwise ``sum``, or differences of its own prefix sums): the one loop here
+    runs over the cells, each on its own contiguous slice, never over steps.
+    """
+    lifetimes = created is not None
+    if lifetimes:
+        lo = np.searchsorted(step_vals, created, side="left")
+        hi = np.maximum(np.searchsorted(step_vals, deleted, side="left"), lo)  # deleted <= created: never
+    if n_cells == 1:
         if not lifetimes:
-            count[:, c] = len(sv)
-            total[:, c] = y.sum()
-            total_sq[:, c] = np.square(y).sum()
-            continue
-        cs = np.concatenate(([0.0], np.cumsum(y)))
-        cs2 = np.concatenate(([0.0], np.cumsum(np.square(y))))
-        lo = np.searchsorted(sv, created, side="left")
-        hi = np.searchsorted(sv, deleted, side="left")
-        hi = np.maximum(hi, lo)  # deleted <= created: never in the store
-        count[:, c] = hi - lo
-        total[:, c] = cs[hi] - cs[lo]
-        total_sq[:, c] = cs2[hi] - cs2[lo]
-    return count, total, total_sq
+            return (
+                np.array([[len(step_vals)]], dtype=np.int64),
+                np.array([[outcome.sum()]]),
+                np.array([[np.square(outcome).sum()]]),
+            )
+        cs = np.concatenate(([0.0], np.cumsum(outcome)))
+        cs2 = np.concatenate(([0.0], np.cumsum(np.square(outcome))))
+        return (hi - lo)[:, None].astype(np.int64), (cs[hi] - cs[lo])[:, None], (cs2[hi] - cs2[lo])[:, None]
+    # steps ordered by (cell, step): each cell's steps are one contiguous slice
+    order = np.argsort(cell_of_step, kind="stable")
+    y = outcome[order]
+    bounds = np.searchsorted(cell_of_step[order], np.arange(n_cells + 1))
+    cuts = list(zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True))
+    if not lifetimes:
+        return (
+            np.diff(bounds).astype(np.int64)[None, :],
+            np.array([y[a:b].sum() for a, b in cuts])[None, :],
+            np.array([np.square(y[a:b]).sum() for a, b in cuts])[None, :],
+        )
+    # a lifetime's bounds in cell c are the positions of (c, lo) and (c, hi) in that order
+    # (step positions, not step values, so the composite key cannot overflow); cell c's own
+    # prefix sums start at position bounds[c] + c of the concatenation
+    s = len(step_vals)
+    key = cell_of_step[order].astype(np.int64) * (s + 1) + order
+    cs = np.concatenate([np.concatenate(([0.0], np.cumsum(y[a:b]))) for a, b in cuts])
+    cs2 = np.concatenate([np.concatenate(([0.0], np.cumsum(np.square(y[a:b])))) for a, b in cuts])
+    cell = np.arange(n_cells, dtype=np.int64)[None, :]
+    first = np.searchsorted(key, cell * (s + 1) + lo[:, None], side="left")
+    last = np.searchsorted(key, cell * (s + 1) + hi[:, None], side="left")
+    return (last - first).astype(np.int64), cs[last + cell] - cs[first + cell], cs2[last + cell] - cs2[first + cell]
 
 
-def _bincount(key: np.ndarray, size: int, weights: np.ndarray | None = None) -> np.ndarray:
-    return np.bincount(key, weights=weights, minlength=size)
+# --------------------------------------------------------------------------- context arms
+
+
+def row_outcomes(
+    ctx_step: np.ndarray, step_vals: np.ndarray, *per_step: np.ndarray, runs: object | None = None
+) -> list[np.ndarray]:
+    """Each context row's value of every ``per_step`` array (outcome, cell code), by its step.
+
+    Contexts in step order (as the readers leave them) take a ``repeat`` over
+    the steps' runs (``runs``: their :class:`cmp_bayes.log.validate.StepRuns`,
+    when the caller has it); otherwise one ``searchsorted`` per row.
+    """
+    from cmp_bayes.log.validate import StepRuns
+
+    n = len(ctx_step)
+    if n == 0:
+        return [a[:0] for a in per_step]
+    runs = runs if isinstance(runs, StepRuns) else StepRuns.of(ctx_step)
+    if runs.order is None and len(runs.starts) < n // 2:
+        pos = np.searchsorted(step_vals, ctx_step[runs.starts])
+        return [np.repeat(a[pos], runs.lengths) for a in per_step]
+    pos = np.searchsorted(step_vals, ctx_step)
+    return [a[pos] for a in per_step]
+
+
+def source_arm(source) -> np.ndarray:
+    """Each row's arm from its source codes (:class:`cmp_bayes.log.validate.Codes`):
+    0 retriever, 1 exposure, 2 anything else (counted in no arm), int8."""
+    table = np.full(len(source.dictionary), 2, dtype=np.int8)
+    for arm, name in enumerate((RETRIEVER, EXPOSURE)):
+        code = source.code_of(name)
+        if code >= 0:
+            table[code] = arm
+    return source.lookup(table, 2)
+
+
+def arm_sums(
+    key: np.ndarray,
+    size: int,
+    y: np.ndarray,
+    arm: np.ndarray,
+    stored: np.ndarray | None,
+    binary: bool,
+) -> dict[str, np.ndarray]:
+    """Count, outcome sum and sum of squares of each arm per key, shape (size,) each.
+
+    Parameters
+    ----------
+    key : numpy.ndarray, shape (n,)
+        Each row's key in [0, size).
+    y : numpy.ndarray, shape (n,)
+        Each row's outcome.
+    arm : numpy.ndarray, shape (n,)
+        :func:`source_arm` of each row.
+    stored : numpy.ndarray of bool, shape (n,), or None
+        Rows whose memory is in the store at that step (the ``in_context``
+        arm); None: every row.
+
+    Notes
+    -----
+    The retriever and exposure arms come from one ``bincount`` over the key
+    ``3 * key + arm``: each (key, arm) bin adds its rows in row order, exactly
+    as a ``bincount`` over that arm's rows alone would.
+    """
+    wide = np.int64 if 3 * size >= np.iinfo(np.int32).max else np.int32
+    k3 = key.astype(wide) * 3 + arm
+    y2 = None if binary else y * y
+
+    def per_bin(k: np.ndarray, m: int, w: np.ndarray | None) -> np.ndarray:
+        return np.bincount(k, weights=w, minlength=m)
+
+    n3 = per_bin(k3, 3 * size, None).reshape(size, 3)
+    s3 = per_bin(k3, 3 * size, y).reshape(size, 3)
+    # 0 * 0 = 0 and 1 * 1 = 1: for binary outcomes the sum of squares is the sum, bit for bit
+    q3 = s3 if binary else per_bin(k3, 3 * size, y2).reshape(size, 3)
+    del k3
+    out: dict[str, np.ndarray] = {}
+    for j, name in enumerate(("retrieved", "exposed")):
+        out[f"{name}_n"] = np.ascontiguousarray(n3[:, j]).astype(np.int64)
+        out[f"{name}_sum"] = np.ascontiguousarray(s3[:, j])
+        out[f"{name}_sumsq"] = np.ascontiguousarray(q3[:, j])
+    if stored is None:
+        out["in_context_n"] = n3.sum(axis=1).astype(np.int64)
+        out["in_context_sum"] = per_bin(key, size, y)
+        out["in_context_sumsq"] = out["in_context_sum"] if binary else per_bin(key, size, y2)
+    else:
+        k, w = key[stored], y[stored]
+        out["in_context_n"] = per_bin(k, size, None).astype(np.int64)
+        out["in_context_sum"] = per_bin(k, size, w)
+        out["in_context_sumsq"] = out["in_context_sum"] if binary else per_bin(k, size, w * w)
+    return out
+
+
+def is_binary(outcome: np.ndarray) -> bool:
+    """Whether every outcome is exactly 0 or 1."""
+    return bool(np.all((outcome == 0.0) | (outcome == 1.0)))
 
 
 def _grouped_median(key: np.ndarray, value: np.ndarray, size: int) -> np.ndarray:
@@ -135,6 +333,9 @@ def _grouped_median(key: np.ndarray, value: np.ndarray, size: int) -> np.ndarray
     s, n = starts[has], counts[has]
     out[has] = 0.5 * (v[s + (n - 1) // 2] + v[s + n // 2])
     return out
+
+
+# --------------------------------------------------------------------------- the statistics
 
 
 def exposure_stats(
@@ -211,74 +412,77 @@ def exposure_stats(
         from cmp_bayes.log.read import read_log
 
         log = read_log(log)
-    memory = log.memory_ids()
-    m = len(memory)
+    from cmp_bayes.log.validate import encode
+
     steps = log.steps
     step_vals = steps["step"].to_numpy(np.int64)
     outcome = steps["outcome"].to_numpy(np.float64)
+    binary = is_binary(outcome)
     cells, cell_of_step = _cells(log, by)
     n_cells = 1 if cells is None else len(cells)
-    size = m * n_cells
-    created, deleted = _lifetimes(log, memory)
 
-    in_store, store_sum, store_sumsq = _in_store(
-        step_vals, outcome, cell_of_step, n_cells, created, deleted, log.memories is not None
-    )
-
-    # context rows -> (memory, cell) keys
+    # context rows -> (distinct id, cell) keys; ids become memory positions only per distinct id
     ctx = log.contexts
-    mcode = _codes(ctx["memory_id"], memory)
-    known = mcode >= 0
-    n_unknown = int((~known).sum())
+    mem = encode(ctx["memory_id"])
+    src = encode(ctx["source"])
+    entry = mem.indices
+    keep = entry >= 0 if mem.has_null() else None  # a null id is in no memory's row
     ctx_step = ctx["step"].to_numpy(np.int64)
-    pos = np.searchsorted(step_vals, ctx_step)
-    source = pa.array(ctx["source"].astype("string[pyarrow]"))
-    is_exp = pc.equal(source, EXPOSURE).fill_null(False).to_numpy(zero_copy_only=False)
-    is_ret = pc.equal(source, RETRIEVER).fill_null(False).to_numpy(zero_copy_only=False)
-    if n_unknown:
-        mcode, pos, ctx_step = mcode[known], pos[known], ctx_step[known]
-        is_exp, is_ret = is_exp[known], is_ret[known]
-    y = outcome[pos]
-    y2 = y * y
-    key = mcode * n_cells + cell_of_step[pos]
-    stored = (created[mcode] <= ctx_step) & (ctx_step < deleted[mcode])
+    per_step = [outcome] if cells is None else [outcome, cell_of_step]
+    y, *cell_row = row_outcomes(ctx_step, step_vals, *per_step)
+    arm = source_arm(src)
+    n_entries = len(mem.dictionary)
 
-    def arm(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        k = key[mask]
-        return (
-            _bincount(k, size).astype(np.int64),
-            _bincount(k, size, y[mask]),
-            _bincount(k, size, y2[mask]),
-        )
+    lifetimes = log.memories is not None
+    memory_arr = _memory_index(log, mem.dictionary) if lifetimes else None
+    stored = None
+    if lifetimes:
+        memory_arr = memory_arr if memory_arr is not None else arrow_strings(log.memory_ids())
+        memory = to_index(memory_arr, "memory")
+        created, deleted = _lifetimes(log, memory)
+        pos = positions(mem.dictionary, memory_arr)
+        known = pos >= 0
+        # an id outside the memories file is never "in the store" (its rows are dropped below)
+        c_entry = np.where(known, created[np.maximum(pos, 0)], _NEVER)
+        d_entry = np.where(known, deleted[np.maximum(pos, 0)], _NEVER)
+        stored = (mem.lookup(c_entry, _NEVER) <= ctx_step) & (ctx_step < mem.lookup(d_entry, _NEVER))
+    if keep is not None:
+        entry, y, arm = entry[keep], y[keep], arm[keep]
+        cell_row = [c[keep] for c in cell_row]
+        stored = None if stored is None else stored[keep]
+    key = entry.astype(np.int64) * n_cells + cell_row[0] if cell_row else entry
+    size = n_entries * n_cells
+    arms = arm_sums(key, size, y, arm, stored, binary)
+    rows = arms["in_context_n"] if stored is None else np.bincount(key, minlength=size)
+    del key, y, arm, stored, cell_row
 
-    ret_n, ret_s, ret_s2 = arm(is_ret)
-    exp_n, exp_s, exp_s2 = arm(is_exp)
-    in_ctx_n, in_ctx_s, in_ctx_s2 = arm(stored)
-
+    rows_per_entry = rows.reshape(n_entries, n_cells).sum(axis=1)
+    if not lifetimes:
+        memory_arr = _memory_index(log, mem.dictionary.filter(pa.array(rows_per_entry > 0)))
+        memory_arr = memory_arr if memory_arr is not None else arrow_strings(log.memory_ids())
+        memory = to_index(memory_arr, "memory")
+        pos = positions(mem.dictionary, memory_arr)
+        known = pos >= 0
+    m = len(memory)
+    n_unknown = int(rows_per_entry[~known].sum()) + (0 if keep is None else int((~keep).sum()))
     shape = (m, n_cells)
-    control = in_store - in_ctx_n.reshape(shape)
-    control_s = store_sum - in_ctx_s.reshape(shape)
-    control_s2 = store_sumsq - in_ctx_s2.reshape(shape)
-    # sums of floats subtracted from sums: clip the rounding residue of empty arms
-    control_s = np.where(control == 0, 0.0, control_s)
-    control_s2 = np.where(control == 0, 0.0, control_s2)
 
-    ranked, rank_median = _ranking_stats(log, memory, step_vals, cell_of_step, n_cells)
+    def dense(flat: np.ndarray) -> np.ndarray:
+        out = np.zeros(shape, dtype=flat.dtype)
+        out[pos[known]] = flat.reshape(n_entries, n_cells)[known]
+        return out
 
-    data = {
-        "in_store": in_store,
-        "retrieved": ret_n.reshape(shape),
-        "retrieved_outcome_sum": ret_s.reshape(shape),
-        "retrieved_outcome_sumsq": ret_s2.reshape(shape),
-        "exposed": exp_n.reshape(shape),
-        "exposed_outcome_sum": exp_s.reshape(shape),
-        "exposed_outcome_sumsq": exp_s2.reshape(shape),
-        "control": control,
-        "control_outcome_sum": control_s,
-        "control_outcome_sumsq": control_s2,
-        "ranked": ranked.reshape(shape),
-        "rank_median": rank_median.reshape(shape),
-    }
+    if lifetimes:
+        in_store, store_sum, store_sumsq = in_store_sums(step_vals, outcome, cell_of_step, n_cells, created, deleted)
+    else:
+        in_store, store_sum, store_sumsq = (
+            np.broadcast_to(a, shape).copy()
+            for a in in_store_sums(step_vals, outcome, cell_of_step, n_cells, None, None)
+        )
+    data = stats_arrays(
+        in_store, store_sum, store_sumsq, {k: dense(v) for k, v in arms.items()},
+        *_ranking_stats(log, memory_arr, step_vals, cell_of_step, n_cells),
+    )
     query_group = query_steps = None
     if by == "query":
         first = steps.drop_duplicates("query_id", keep="first")
@@ -287,7 +491,6 @@ def exposure_stats(
             index=first["query_id"].astype(str).to_numpy(),
         ).reindex(cells).to_numpy(dtype=object)
         query_steps = np.bincount(cell_of_step, minlength=n_cells).astype(np.int64)
-    binary = bool(np.all((outcome == 0.0) | (outcome == 1.0)))
     return assemble_dataset(
         data,
         memory,
@@ -303,6 +506,39 @@ def exposure_stats(
             "n_unknown_context_rows": n_unknown,
         },
     )
+
+
+def stats_arrays(
+    in_store: np.ndarray,
+    store_sum: np.ndarray,
+    store_sumsq: np.ndarray,
+    arms: dict[str, np.ndarray],
+    ranked: np.ndarray,
+    rank_median: np.ndarray,
+) -> dict[str, np.ndarray]:
+    """The Dataset's arrays, each (memory, cell), from the in-store totals and the context arms.
+
+    Control = in store and not in the context: the in-store totals less the
+    ``in_context`` arm (rows whose memory is in the store at that step).
+    """
+    control = in_store - arms["in_context_n"]
+    # sums of floats subtracted from sums: clip the rounding residue of empty arms
+    control_s = np.where(control == 0, 0.0, store_sum - arms["in_context_sum"])
+    control_s2 = np.where(control == 0, 0.0, store_sumsq - arms["in_context_sumsq"])
+    return {
+        "in_store": in_store,
+        "retrieved": arms["retrieved_n"],
+        "retrieved_outcome_sum": arms["retrieved_sum"],
+        "retrieved_outcome_sumsq": arms["retrieved_sumsq"],
+        "exposed": arms["exposed_n"],
+        "exposed_outcome_sum": arms["exposed_sum"],
+        "exposed_outcome_sumsq": arms["exposed_sumsq"],
+        "control": control,
+        "control_outcome_sum": control_s,
+        "control_outcome_sumsq": control_s2,
+        "ranked": ranked,
+        "rank_median": rank_median,
+    }
 
 
 def assemble_dataset(
@@ -331,38 +567,53 @@ def assemble_dataset(
     attrs : dict
         Dataset attributes.
     """
+    from cmp_bayes.log.validate import pool_lookup
+
+    def var(dims: tuple[str, ...], values: np.ndarray) -> xr.Variable:
+        # numpy arrays of their final dtype, and indexes built from pandas Indexes: this
+        # skips xarray's duck-array checks, whose first use imports dask (and dask.array:
+        # a second of start-up per process where dask is installed)
+        return xr.Variable(dims, np.asarray(values), fastpath=True)
+
+    dim_coords = {"memory": memory} if cells is None else {"memory": memory, by: cells}
+    indexes = {d: xr.indexes.PandasIndex(pd.Index(np.asarray(v, dtype=object), dtype=object, name=d), d)
+               for d, v in dim_coords.items()}
+    coords: dict[str, xr.Variable] = {}
+    for index in indexes.values():
+        coords.update(index.create_variables())
     if cells is None:
         dims: tuple[str, ...] = ("memory",)
         data = {k: v[:, 0] for k, v in data.items()}
-        coords: dict[str, object] = {"memory": np.asarray(memory, dtype=object)}
     else:
         dims = ("memory", by)
-        coords = {"memory": np.asarray(memory, dtype=object), by: np.asarray(cells, dtype=object)}
-    ds = xr.Dataset({k: (dims, v) for k, v in data.items()}, coords=coords)
-
-    prop = pd.Series(pool, dtype="float64").reindex(pd.Index(memory, dtype=object))
-    ds["propensity"] = ("memory", prop.to_numpy(np.float64))
-    ds["in_pool"] = ("memory", prop.notna().to_numpy())
-
+    prop = pool_lookup(pool, arrow_strings(memory)) if len(memory) else np.zeros(0)
+    variables = {k: var(dims, v) for k, v in data.items()}
+    variables["propensity"] = var(("memory",), prop)
+    variables["in_pool"] = var(("memory",), ~np.isnan(prop))
     if by == "query":
-        ds = ds.assign_coords(query_group=("query", query_group), query_steps=("query", query_steps))
+        coords["query_group"] = var(("query",), np.asarray(query_group, dtype=object))
+        coords["query_steps"] = var(("query",), np.asarray(query_steps, dtype=np.int64))
+    ds = xr.Dataset(variables, coords=xr.Coordinates(coords, indexes=indexes))
     ds.attrs = dict(attrs)
     return ds
 
 
 def _ranking_stats(
     log: ExposureLog,
-    memory: pd.Index,
+    memory: pa.Array,
     step_vals: np.ndarray,
     cell_of_step: np.ndarray,
     n_cells: int,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``ranked`` (int64) and ``rank_median`` (float64), flat over (memory, cell)."""
-    size = len(memory) * n_cells
+    """``ranked`` (int64) and ``rank_median`` (float64), each (memory, cell)."""
+    shape = (len(memory), n_cells)
     if log.rankings is None or len(log.rankings) == 0:
-        return np.zeros(size, dtype=np.int64), np.full(size, np.nan)
+        return np.zeros(shape, dtype=np.int64), np.full(shape, np.nan)
+    from cmp_bayes.log.validate import encode
+
     r = log.rankings
-    rcode = _codes(r["memory_id"], memory)
+    codes = encode(r["memory_id"])
+    rcode = codes.lookup(positions(codes.dictionary, memory), -1)
     rstep = r["step"].to_numpy(np.int64)
     rank = r["rank"].to_numpy(np.int64)
     keep = rcode >= 0
@@ -375,4 +626,8 @@ def _ranking_stats(
     rcode, rstep, rank = rcode[first], rstep[first], rank[first]
     pos = np.searchsorted(step_vals, rstep)
     key = rcode * n_cells + cell_of_step[pos]
-    return _bincount(key, size).astype(np.int64), _grouped_median(key, rank, size)
+    size = shape[0] * n_cells
+    return (
+        np.bincount(key, minlength=size).astype(np.int64).reshape(shape),
+        _grouped_median(key, rank, size).reshape(shape),
+    )

@@ -150,3 +150,70 @@ def test_bad_by_is_config_error():
     log = random_log(0, 3, 2, 1, False, False, False, True)
     with pytest.raises(ConfigError):
         exposure_stats(log, by="memory")
+
+
+def _without_checksum(ds):
+    return ds.assign_attrs(log_checksum="")
+
+
+@pytest.mark.parametrize(("seed", "rankings"), [(1, True), (2, False), (3, True)])
+def test_read_parquet_parts_gives_the_same_statistics(tmp_path, seed, rankings):
+    # the reader's dictionary codes (one dictionary per part file, merged) must give
+    # exactly the statistics of the same log held in memory (codes from the strings);
+    # lifetimes are covered by the scale tests (random_log's contexts ignore them)
+    import pyarrow.parquet as pq
+    import xarray as xr
+
+    from cmp_bayes.log.read import read_log
+    from cmp_bayes.log.write import write_log
+
+    log = random_log(seed, 30, 6, 3, False, rankings, True, False)
+    pool = (log.design or {}).get("pool", {})
+    log.design = {"slots": 6, "exposure_slots": 6, "assignment": "balanced", "steps": 30, "pool": pool}
+    single = write_log(log, tmp_path / "single", format="parquet")
+    root = tmp_path / "parts"
+    root.mkdir()
+    for name in ("design.json", "memories.parquet"):
+        if (single / name).exists():
+            (root / name).write_bytes((single / name).read_bytes())
+    for name in ("steps", "contexts"):
+        t = pq.read_table(single / f"{name}.parquet")
+        (root / name).mkdir()
+        cut = t.num_rows // 2
+        pq.write_table(t.slice(0, cut), root / name / "part-0.parquet")
+        pq.write_table(t.slice(cut), root / name / "part-1.parquet")
+    back = read_log(root)
+    for by in (None, "query", "group"):
+        xr.testing.assert_identical(_without_checksum(exposure_stats(back, by=by)), exposure_stats(log, by=by))
+
+
+def test_edited_log_is_recounted():
+    # ids are hashed once per column and remembered; editing the column must not reuse them
+    log = random_log(7, 20, 5, 3, lifetimes=False, rankings=False, groups=False, binary=True)
+    before = exposure_stats(log)
+    ctx = log.contexts
+    retr = np.flatnonzero((ctx["source"] == "retriever").to_numpy())
+    ctx.loc[int(retr[0]), "memory_id"] = "m-new"  # a memory no other row names
+    after = exposure_stats(log)
+    assert "m-new" in list(after["memory"].values) and "m-new" not in list(before["memory"].values)
+    assert int(after["retrieved"].sel(memory="m-new")) == 1
+    ref = naive_stats(log, None)
+    for (m, _), d in ref.items():
+        assert int(after["retrieved"].sel(memory=m)) == d["retrieved"], m
+
+
+def test_statistics_do_not_start_dask():
+    # xarray imports dask (a second per process) on its first duck-array check where dask
+    # is installed; the pandas engine builds its Dataset without that check
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.path.insert(0, 'tests');"
+        "from _stats_fixtures import random_log;"
+        "from cmp_bayes.statistics import exposure_stats;"
+        "[exposure_stats(random_log(1, 8, 4, 2, True, True, True, False), by=b) for b in (None, 'query', 'group')];"
+        "print('dask' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
