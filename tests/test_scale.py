@@ -212,3 +212,37 @@ def test_fit_statistics_match_memory_inputs(logs):
     np.testing.assert_array_equal(got["memory_group"].values, group)
     xr.testing.assert_identical(got.drop_vars("memory_group").assign_attrs(log_path=""),
                                 stats.assign_attrs(log_path=""))
+
+
+def test_first_part_error_whatever_runs_first(logs, tmp_path):
+    # two broken contexts parts: the error reported is the first part file's, with any
+    # scheduler (the map tasks return their errors; the reduce keeps the first)
+    path = _copy(logs[(True, 0.0)], tmp_path / "two")
+    _rewrite(path / "contexts" / "part-003.parquet", "source", 0, "oracle")
+    _rewrite(path / "contexts" / "part-001.parquet", "rank", 0, -5)
+    for scheduler in ("synchronous", "threads", "synchronous"):
+        with pytest.raises(LogError) as err:
+            exposure_stats(path, engine="dask", scheduler=scheduler)
+        assert Path(err.value.file).name == "part-001.parquet" and err.value.row == 0
+        assert "rank" in err.value.field
+    # a broken steps part wins over broken contexts parts, as in the pandas reader
+    _rewrite(path / "steps" / "part-002.parquet", "outcome", 1, -1.0)
+    with pytest.raises(LogError) as err:
+        exposure_stats(path, engine="dask")
+    assert Path(err.value.file).parent.name == "steps" and err.value.row == 1
+
+
+def test_contexts_out_of_step_order(logs, tmp_path):
+    # a part whose slots are not in step order: the per-step rules and the join still hold
+    # (rows keep their order within a step, so slot numbers are unchanged)
+    path = _copy(logs[(True, 0.3)], tmp_path / "shuffled")
+    file = path / "contexts" / "part-002.parquet"
+    t = pq.read_table(file)
+    step = t["step"].to_numpy()
+    order = np.lexsort((np.arange(len(step)), -step))  # steps descending, slots in order
+    pq.write_table(t.take(pa.array(order)), file)
+    want = exposure_stats(logs[(True, 0.3)], by="query")
+    xr.testing.assert_identical(exposure_stats(path, by="query", engine="dask"), want.assign_attrs(
+        log_checksum=log_checksum(path)))
+    xr.testing.assert_identical(exposure_stats(read_log(path), by="query"), want.assign_attrs(
+        log_checksum=log_checksum(path)))

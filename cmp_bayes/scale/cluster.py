@@ -45,14 +45,14 @@ def dask_scheduler(scheduler: object | None = None, timeout: float = 30.0) -> It
         For an unknown setting, or an address nobody answers at.
     """
     if scheduler is None:
-        yield "threads"
+        yield _local_get("threads")
         return
     if isinstance(scheduler, str):
         if scheduler in LOCAL_SCHEDULERS:
-            yield scheduler
+            yield _local_get(scheduler)
             return
         if scheduler in ("sync", "single-threaded"):
-            yield "synchronous"
+            yield _local_get("synchronous")
             return
         if not is_address(scheduler):
             raise ConfigError(
@@ -69,6 +69,26 @@ def dask_scheduler(scheduler: object | None = None, timeout: float = 30.0) -> It
         yield scheduler
         return
     raise ConfigError(f"scheduler must be None, a name, an address or a Client, not {type(scheduler).__name__}")
+
+
+def _local_get(name: str) -> Any:
+    """The ``get`` function of one of dask's local schedulers.
+
+    Handing ``dask.compute`` the function rather than its name skips dask's
+    check for a default ``distributed`` client, whose first use imports
+    ``distributed`` (about half a second per process).
+    """
+    if name == "threads":
+        from dask.threaded import get
+
+        return get
+    if name == "synchronous":
+        from dask.local import get_sync
+
+        return get_sync
+    from dask.multiprocessing import get as get_processes
+
+    return get_processes
 
 
 def _connect(address: str, timeout: float) -> Any:

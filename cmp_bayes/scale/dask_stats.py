@@ -13,10 +13,17 @@ engine), computed without ever holding the log in memory:
   part (the reader's slot rules, memories lifetimes), join each row to its
   step's outcome and cell, and sum per (memory, cell) the retriever, exposure
   and in-context arms;
-* **reduce**: partial results are keyed by memory id and cell name (strings),
-  so a part knows nothing about the others; they are added in a tree
-  (``SPLIT_EVERY`` at a time) and turned into dense (memory, cell) arrays once,
-  at the end, by the same assembly code as the pandas engine.
+* **reduce**: partial results are keyed by memory id and cell name (pyarrow
+  string arrays, with integer positions into them), so a part knows nothing
+  about the others; they are added in a tree (``SPLIT_EVERY`` at a time) and
+  turned into dense (memory, cell) arrays once, at the end, by the same
+  assembly code as the pandas engine.
+
+Every map task is whole-column numpy / pyarrow work, the same code as the
+pandas engine (:mod:`cmp_bayes.log.validate`, :mod:`cmp_bayes.log.parquet`,
+:mod:`cmp_bayes.statistics`): ids are read as Parquet dictionary codes and
+summed per distinct id with ``numpy.bincount``; no Python loop runs over rows,
+steps, memories or cells (only over part files and partial results).
 
 The join and its memory bound. A contexts part needs the outcome and cell of
 the steps it names. It reads only the rows of the ``steps/`` parts whose
@@ -44,11 +51,16 @@ exposure without propensity, against ``design.json``), exposure slots beyond
 ``design.exposure_slots`` and a memory twice in one step's context (both within
 a part: a step whose slots straddle two part files is checked per part), slots
 naming a step that does not exist, memories outside the memories file or their
-lifetime. Errors name the part file and the 0-based row within it.
+lifetime. Errors name the part file and the 0-based row within it. Map tasks
+return their first violation as data rather than raising it, so the error
+reported does not depend on which task ran first: as in the pandas reader, a
+steps rule before a contexts rule, and within each the first part file in name
+order (each part's own rules in the reader's order).
 """
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,30 +70,45 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+import pyarrow.types as pat
 import xarray as xr
 
-from cmp_bayes.constants import EXPOSURE, RETRIEVER
 from cmp_bayes.errors import ConfigError, LogError
 from cmp_bayes.log import validate
-from cmp_bayes.log.parquet import _check_columns, _read_simple
-from cmp_bayes.log.read import _read_design, arrow_list_to_long, log_checksum
-from cmp_bayes.log.schema import CONTEXT_COLUMNS, MEMORY_COLUMNS, STEP_COLUMNS, coerce
-from cmp_bayes.statistics import By, assemble_dataset
+from cmp_bayes.log.parquet import (
+    CONTEXT_SPEC,
+    STEP_SPEC,
+    _check_columns,
+    _read_simple,
+    contexts_frame,
+    int64_values,
+    steps_frame,
+    table_columns,
+)
+from cmp_bayes.log.read import _read_design, arrow_list_to_long, log_checksum, read_parquet_table
+from cmp_bayes.log.schema import MEMORY_COLUMNS
+from cmp_bayes.statistics import (
+    ARM_COLS,
+    By,
+    arm_sums,
+    arrow_strings,
+    assemble_dataset,
+    in_store_sums,
+    is_binary,
+    positions,
+    row_outcomes,
+    sorted_unique,
+    source_arm,
+    stats_arrays,
+    to_index,
+)
 
 #: partial results added together per reduce task
 SPLIT_EVERY: int = 8
 
 _NEVER = np.iinfo(np.int64).max
-_STEP_SPEC = {"step": ("int", True), "query_id": ("str", True), "outcome": ("num", True), "group": ("str", False)}
-_CTX_SPEC = {
-    "step": ("int", True),
-    "memory_id": ("str", True),
-    "source": ("str", True),
-    "rank": ("int", False),
-    "propensity": ("num", False),
-}
-_ARMS = ("retrieved", "exposed", "in_context")
-_ARM_COLS = tuple(f"{a}_{s}" for a in _ARMS for s in ("n", "sum", "sumsq"))
+_EMPTY = pa.array([], pa.large_string())
+_BLANK = pa.array([""], pa.large_string())
 
 
 # --------------------------------------------------------------------------- inputs
@@ -100,9 +127,34 @@ class Part:
 class Lifetimes:
     """The memories file, over the sorted memory index: created / deleted (exclusive) steps."""
 
-    memory: np.ndarray  # (M,) object, sorted
+    memory: pa.Array  # (M,) large_string, sorted, distinct
     created: np.ndarray  # (M,) int64
     deleted: np.ndarray  # (M,) int64, int64 max = never
+
+
+@dataclass(frozen=True)
+class PartError:
+    """A part's first violation, carried through the reduce as data (a plain record: it pickles
+    for any scheduler), so that the error reported is the first part's, whatever ran first."""
+
+    part: int
+    file: str
+    message: str
+    line: int | None
+    row: int | None
+    field: str | None
+
+    @classmethod
+    def of(cls, part: int, err: LogError) -> PartError:
+        return cls(part, err.file, err.message, err.line, err.row, err.field)
+
+    def error(self) -> LogError:
+        return LogError(self.file, self.message, line=self.line, row=self.row, field=self.field)
+
+
+def _first_error(errors: list[PartError | None]) -> PartError | None:
+    found = [e for e in errors if e is not None]
+    return min(found, key=lambda e: e.part) if found else None
 
 
 def parts(root: Path, name: str) -> list[Path]:
@@ -146,30 +198,27 @@ def _lifetimes(root: Path) -> Lifetimes | None:
     dup = mem.duplicated("memory_id").to_numpy()
     if dup.any():
         raise LogError(root / "memories.parquet", "duplicate memory_id", row=int(np.flatnonzero(dup)[0]), field="memory_id")
-    ids = mem["memory_id"].astype(str).to_numpy(dtype=object)
-    order = np.argsort(ids, kind="stable")
+    ids = pa.array(mem["memory_id"].astype(str).to_numpy(dtype=object), pa.large_string())
+    order = pc.sort_indices(ids).to_numpy()
     return Lifetimes(
-        memory=ids[order],
+        memory=ids.take(pa.array(order)),
         created=mem["created_step"].to_numpy(np.int64)[order],
         deleted=mem["deleted_step"].astype("Int64").fillna(_NEVER).to_numpy(np.int64)[order],
     )
 
 
-def _cell_of(table: pa.Table, by: By) -> np.ndarray:
-    """Each step row's cell name (object array): query id, group ("" for none) or ""."""
+def _cell_codes(table: pa.Table, by: By) -> tuple[pa.Array, np.ndarray]:
+    """Each step row's cell, as (distinct cell names, code per row): query id, group ("" for none) or ""."""
     n = table.num_rows
-    if by is None:
-        return np.full(n, "", dtype=object)
-    if by == "query":
-        return np.asarray(table["query_id"].cast(pa.string()).to_pylist(), dtype=object)
-    if "group" not in table.column_names:
-        return np.full(n, "", dtype=object)
-    g = table["group"].cast(pa.string()).fill_null("")
-    return np.asarray(g.to_pylist(), dtype=object)
-
-
-def _locate(frame: pd.DataFrame, file: str) -> pd.DataFrame:
-    return frame.assign(_file=file, _kind="row", _loc=np.arange(len(frame)))
+    if by is None or (by == "group" and "group" not in table.column_names):
+        return (_BLANK if n else _EMPTY), np.zeros(n, dtype=np.int64)
+    codes = validate.encode(table["query_id" if by == "query" else "group"])
+    # a null query id is an error the steps part reports; meanwhile it is the cell ""
+    if codes.has_null():
+        names = sorted_unique(codes.dictionary, _BLANK)
+        blank = int(positions(_BLANK, names)[0])
+        return names, codes.lookup(positions(codes.dictionary, names), blank)
+    return codes.dictionary, codes.indices.astype(np.int64)
 
 
 def _read(file: str, columns: list[str] | None = None, filters: Any = None) -> pa.Table:
@@ -179,99 +228,132 @@ def _read(file: str, columns: list[str] | None = None, filters: Any = None) -> p
         raise LogError(file, f"not a readable Parquet file ({exc})") from None
 
 
+def _remap(names: pa.Array, union: pa.Array, idx: np.ndarray) -> np.ndarray:
+    """Positions ``idx`` into ``names`` as positions into ``union`` (which holds every name)."""
+    return positions(names, union)[idx] if len(idx) else np.zeros(0, np.int64)
+
+
 # --------------------------------------------------------------------------- steps map
 
 
 @dataclass
 class StepsPartial:
-    """What the steps parts contribute; added by :func:`combine_steps`."""
+    """What the steps parts contribute; added by :func:`combine_steps`.
+
+    Cells are named by ``cell_names``; the per-cell arrays are over it.
+    """
 
     meta: list[tuple[int, str, int, int, int]] = field(default_factory=list)  # (part, file, n, first, last)
     binary: bool = True
-    cells: pd.DataFrame | None = None  # cell, count, sum, sumsq over the steps of each cell
-    store: dict[str, np.ndarray] = field(default_factory=dict)  # cell -> (3, M): with a memories file
-    queries: pd.DataFrame | None = None  # query, first_step, group
-    ranks: pd.DataFrame | None = None  # memory, cell, rank, count
+    cell_names: pa.Array = field(default_factory=lambda: _EMPTY)
+    cell_count: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    cell_sum: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    cell_sumsq: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    store: np.ndarray | None = None  # (3, M, cells): with a memories file
+    # by="query": each query's first step and its group there
+    query_names: pa.Array | None = None
+    query_first: np.ndarray | None = None
+    query_group: pa.Array | None = None
+    ranks: RankCounts | None = None
+    error: PartError | None = None  # the first part (in file order) that broke a rule
+
+
+@dataclass
+class RankCounts:
+    """Rankings as counts per (memory, cell, rank): positions into ``memory`` and ``cells``."""
+
+    memory: pa.Array
+    cells: pa.Array
+    mem_idx: np.ndarray
+    cell_idx: np.ndarray
+    rank: np.ndarray
+    count: np.ndarray
 
 
 def steps_partial(index: int, file: str, by: By, life: Lifetimes | None) -> StepsPartial:
-    """Validate one steps part and return its contribution (see module docstring)."""
-    table = _read(file)
+    """Validate one steps part and return its contribution (see module docstring); a part
+    that breaks a rule contributes its error instead."""
+    try:
+        return _steps_partial(index, file, by, life)
+    except LogError as err:
+        return StepsPartial(meta=[(index, file, 0, 0, 0)], error=PartError.of(index, err))
+
+
+def _steps_partial(index: int, file: str, by: By, life: Lifetimes | None) -> StepsPartial:
+    table, rows = read_parquet_table([Path(file)])
     n = table.num_rows
-    zeros, rows = np.zeros(n, dtype=np.int64), np.arange(n)
-    _check_columns(table, [Path(file)], zeros, rows, _STEP_SPEC)
-    cols = {c: table[c].to_pandas() for c in ("step", "query_id", "outcome", "group") if c in table.column_names}
-    steps = coerce(pd.DataFrame(cols), STEP_COLUMNS)
-    validate.check_steps(_locate(steps, file))
+    _check_columns(table, rows, STEP_SPEC)
+    steps = steps_frame(table)
+    validate.check_steps(steps, rows)
     sv = steps["step"].to_numpy(np.int64)
     y = steps["outcome"].to_numpy(np.float64)
-    cell = _cell_of(table, by)
+    names, cell = _cell_codes(table, by)
+    nc = len(names)
     out = StepsPartial(
         meta=[(index, file, n, int(sv[0]) if n else 0, int(sv[-1]) if n else 0)],
-        binary=bool(np.all((y == 0.0) | (y == 1.0))),
+        binary=is_binary(y),
+        cell_names=names,
+        cell_count=np.bincount(cell, minlength=nc).astype(np.int64),
+        cell_sum=np.bincount(cell, weights=y, minlength=nc),
+        cell_sumsq=np.bincount(cell, weights=y * y, minlength=nc),
     )
-    cell_names, cell_code = np.unique(cell, return_inverse=True) if n else (np.zeros(0, object), zeros)
-    nc = len(cell_names)
-    out.cells = pd.DataFrame(
-        {
-            "cell": cell_names,
-            "count": np.bincount(cell_code, minlength=nc).astype(np.int64),
-            "sum": np.bincount(cell_code, weights=y, minlength=nc),
-            "sumsq": np.bincount(cell_code, weights=y * y, minlength=nc),
-        }
-    )
-    if life is not None:
-        for c, name in enumerate(cell_names):
-            sel = cell_code == c
-            s, yc = sv[sel], y[sel]
-            cs = np.concatenate(([0.0], np.cumsum(yc)))
-            cs2 = np.concatenate(([0.0], np.cumsum(np.square(yc))))
-            lo = np.searchsorted(s, life.created, side="left")
-            hi = np.maximum(np.searchsorted(s, life.deleted, side="left"), lo)
-            out.store[str(name)] = np.stack(
-                [(hi - lo).astype(np.float64), cs[hi] - cs[lo], cs2[hi] - cs2[lo]]
-            )
+    if life is not None and nc:
+        out.store = np.stack(in_store_sums(sv, y, cell, nc, life.created, life.deleted)).astype(np.float64)
     if by == "query" and n:
-        first = steps.drop_duplicates("query_id", keep="first")
-        out.queries = pd.DataFrame(
-            {
-                "query": first["query_id"].astype(str).to_numpy(dtype=object),
-                "first_step": first["step"].to_numpy(np.int64),
-                "group": first["group"].astype("string").fillna("").astype(str).to_numpy(dtype=object),
-            }
-        )
-    out.ranks = _rank_counts(table, sv, cell, file)
+        q = validate.encode(table["query_id"])
+        _, first = np.unique(q.indices, return_index=True)  # first row of each query in this part
+        out.query_names = q.dictionary.take(pa.array(q.indices[first]))
+        out.query_first = sv[first]
+        out.query_group = arrow_strings(steps["group"]).take(pa.array(first)).fill_null("")
+    out.ranks = _rank_counts(table, names, cell, rows)
     return out
 
 
-def _rank_counts(table: pa.Table, sv: np.ndarray, cell: np.ndarray, file: str) -> pd.DataFrame | None:
+def _rank_counts(table: pa.Table, cells: pa.Array, cell: np.ndarray, rows: validate.Rows) -> RankCounts | None:
     """Counts per (memory, cell, rank) of the part's rankings (first listing per step only)."""
     if "ranking" not in table.column_names or table["ranking"].null_count == table.num_rows:
         return None
-    import pyarrow.types as pat
-
     rk = table["ranking"]
     if not (pat.is_list(rk.type) or pat.is_large_list(rk.type)):
-        raise LogError(file, f"expected a list<string> column, got {rk.type}", field="ranking")
-    long = arrow_list_to_long(rk, np.arange(len(sv)))  # "step" = row in this part
+        raise LogError(rows.files[0], f"expected a list<string> column, got {rk.type}", field="ranking")
+    long = arrow_list_to_long(rk, np.arange(table.num_rows))  # "step" = row in this part
     if long.empty:
         return None
     row = long["step"].to_numpy(np.int64)
-    mem = long["memory_id"].astype(str).to_numpy(dtype=object)
+    codes = validate.encode(long["memory_id"])
+    if validate.StepRuns.of(row).any_repeat(codes.indices):
+        dup = long.duplicated(["step", "memory_id"]).to_numpy()
+        file, r = rows.where(int(row[np.argmax(dup)]))
+        raise LogError(file, "a memory appears twice in the ranking", row=r, field="ranking")
     rank = long["rank"].to_numpy(np.int64)
-    dup = pd.DataFrame({"r": row, "m": mem}).duplicated().to_numpy()
-    if dup.any():
-        raise LogError(file, "a memory appears twice in the ranking", row=int(row[np.flatnonzero(dup)[0]]), field="ranking")
-    frame = pd.DataFrame({"memory": mem, "cell": cell[row], "rank": rank, "count": np.ones(len(row), np.int64)})
-    return frame.groupby(["memory", "cell", "rank"], sort=False, as_index=False)["count"].sum()
+    listed = codes.indices >= 0  # a null in a ranking names no memory (as in the pandas engine)
+    if not listed.all():
+        row, rank, codes = row[listed], rank[listed], validate.Codes(codes.indices[listed], codes.dictionary)
+        if len(row) == 0:
+            return None
+    nc, width = max(len(cells), 1), int(rank.max()) + 1
+    key = (codes.indices.astype(np.int64) * nc + cell[row]) * width + rank
+    uniq, count = np.unique(key, return_counts=True)
+    return RankCounts(
+        codes.dictionary, cells, uniq // width // nc, uniq // width % nc, uniq % width, count.astype(np.int64)
+    )
 
 
-def _add_frames(a: pd.DataFrame | None, b: pd.DataFrame | None, keys: list[str]) -> pd.DataFrame | None:
-    if a is None:
-        return b
-    if b is None:
-        return a
-    return pd.concat([a, b], ignore_index=True).groupby(keys, sort=False, as_index=False).sum()
+def combine_ranks(*partials: RankCounts | None) -> RankCounts | None:
+    """Add rank counts (any number, any order)."""
+    ps = [p for p in partials if p is not None]
+    if len(ps) <= 1:
+        return ps[0] if ps else None
+    memory = pc.unique(pa.concat_arrays([p.memory for p in ps]))
+    cells = pc.unique(pa.concat_arrays([p.cells for p in ps]))
+    mi = np.concatenate([_remap(p.memory, memory, p.mem_idx) for p in ps])
+    ci = np.concatenate([_remap(p.cells, cells, p.cell_idx) for p in ps])
+    rank = np.concatenate([p.rank for p in ps])
+    width, nc = int(rank.max()) + 1, len(cells)
+    key = (mi * nc + ci) * width + rank
+    uniq, inv = np.unique(key, return_inverse=True)
+    count = np.bincount(inv, weights=np.concatenate([p.count for p in ps])).astype(np.int64)
+    return RankCounts(memory, cells, uniq // width // nc, uniq // width % nc, uniq % width, count)
 
 
 def combine_steps(*partials: StepsPartial) -> StepsPartial:
@@ -280,135 +362,185 @@ def combine_steps(*partials: StepsPartial) -> StepsPartial:
     for p in partials:
         out.meta += p.meta
         out.binary &= p.binary
-        out.cells = _add_frames(out.cells, p.cells, ["cell"])
-        for k, v in p.store.items():
-            out.store[k] = out.store[k] + v if k in out.store else v
-        if p.queries is not None:
-            q = p.queries if out.queries is None else pd.concat([out.queries, p.queries], ignore_index=True)
-            # a query's group is the one at its first step
-            out.queries = q.sort_values("first_step", kind="stable").drop_duplicates("query", keep="first")
-        out.ranks = _add_frames(out.ranks, p.ranks, ["memory", "cell", "rank"])
+    out.error = _first_error([p.error for p in partials])
+    if out.error is not None:  # the result will not be used: only the first error travels on
+        return out
+    names = pc.unique(pa.concat_arrays([p.cell_names for p in partials]))
+    nc = len(names)
+    out.cell_names = names
+    idx = [positions(p.cell_names, names) for p in partials]
+    out.cell_count = np.zeros(nc, np.int64)
+    out.cell_sum = np.zeros(nc)
+    out.cell_sumsq = np.zeros(nc)
+    for p, i in zip(partials, idx, strict=True):  # a loop over partial results, not rows
+        out.cell_count[i] += p.cell_count
+        out.cell_sum[i] += p.cell_sum
+        out.cell_sumsq[i] += p.cell_sumsq
+        if p.store is not None:
+            if out.store is None:
+                out.store = np.zeros((3, p.store.shape[1], nc))
+            out.store[:, :, i] += p.store
+    qs = [p for p in partials if p.query_names is not None]
+    if qs:
+        qn = pa.concat_arrays([p.query_names for p in qs])
+        first = np.concatenate([p.query_first for p in qs])
+        group = pa.concat_arrays([p.query_group for p in qs])
+        # a query's group is the one at its first step
+        u = pc.unique(qn)
+        code = positions(qn, u)
+        order = np.lexsort((first, code))
+        keep = order[np.r_[True, code[order][1:] != code[order][:-1]]]
+        out.query_names = qn.take(pa.array(keep))
+        out.query_first = first[keep]
+        out.query_group = group.take(pa.array(keep))
+    out.ranks = combine_ranks(*(p.ranks for p in partials))
     return out
 
 
 # --------------------------------------------------------------------------- contexts map
 
 
-def _steps_in_range(steps: list[Part], lo: int, hi: int, by: By) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Step, outcome and cell name of every step in [lo, hi], sorted by step."""
+@dataclass
+class ContextsPartial:
+    """Arm sums of contexts parts per (memory, cell): positions into ``memory`` and ``cells``.
+
+    ``values`` has one column per :data:`cmp_bayes.statistics.ARM_COLS` plus a
+    last one, ``rows`` (every context row, for the unknown-memory count); counts
+    are exact in float64 below 2**53.
+    """
+
+    memory: pa.Array
+    cells: pa.Array
+    mem_idx: np.ndarray
+    cell_idx: np.ndarray
+    values: np.ndarray  # (K, len(ARM_COLS) + 1) float64
+    error: PartError | None = None  # the first part (in file order) that broke a rule
+
+
+def _empty_contexts(error: PartError | None = None) -> ContextsPartial:
+    return ContextsPartial(
+        _EMPTY, _EMPTY, np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, len(ARM_COLS) + 1)), error
+    )
+
+
+def _steps_in_range(steps: list[Part], lo: int, hi: int, by: By) -> tuple[np.ndarray, np.ndarray, pa.Array, np.ndarray]:
+    """Step, outcome, cell names and cell code of every step in [lo, hi], sorted by step."""
     cols = ["step", "outcome"] + (["query_id"] if by == "query" else ["group"] if by == "group" else [])
-    sv, ys, cs = [], [], []
+    tables = []
     for p in steps:
         if p.lo is not None and (p.hi < lo or p.lo > hi):
             continue
         names = pq.ParquetFile(p.file).schema_arrow.names
-        t = _read(p.file, [c for c in cols if c in names], filters=[("step", ">=", lo), ("step", "<=", hi)])
-        sv.append(t["step"].to_numpy().astype(np.int64))
-        ys.append(t["outcome"].to_numpy().astype(np.float64))
-        cs.append(_cell_of(t, by))
-    if not sv:
-        return np.zeros(0, np.int64), np.zeros(0), np.zeros(0, object)
-    s, y, c = np.concatenate(sv), np.concatenate(ys), np.concatenate(cs)
+        tables.append(_read(p.file, [c for c in cols if c in names], filters=[("step", ">=", lo), ("step", "<=", hi)]))
+    if not tables:
+        return np.zeros(0, np.int64), np.zeros(0), _EMPTY, np.zeros(0, np.int64)
+    t = pa.concat_tables(tables, promote_options="permissive")
+    s = int64_values(t["step"])
     order = np.argsort(s, kind="stable")
-    return s[order], y[order], c[order]
+    t = t.take(pa.array(order))
+    names, cell = _cell_codes(t, by)
+    return s[order], t["outcome"].to_numpy().astype(np.float64), names, cell
 
 
 def contexts_partial(
+    index: int,
     file: str,
     steps: list[Part],
     by: By,
     design: dict[str, Any] | None,
     design_file: str,
     life: Lifetimes | None,
-) -> pd.DataFrame:
-    """Validate one contexts part and sum its arms per (memory, cell).
+    pool: validate.PoolTable | None = None,
+) -> ContextsPartial:
+    """Validate one contexts part (the ``index``-th) and sum its arms per (memory, cell); a part
+    that breaks a rule contributes its error instead.
 
-    Returns
-    -------
-    pandas.DataFrame
-        Columns ``memory``, ``cell``, ``rows`` (every context row, for the
-        unknown-memory count) and ``{retrieved,exposed,in_context}_{n,sum,sumsq}``
-        (``in_context``: rows whose memory is in the store at that step).
+    ``pool``: the design pool as arrays (built once for all parts).
     """
-    table = _read(file)
+    try:
+        return _contexts_partial(file, steps, by, design, design_file, life, pool)
+    except LogError as err:
+        return _empty_contexts(PartError.of(index, err))
+
+
+def _contexts_partial(
+    file: str,
+    steps: list[Part],
+    by: By,
+    design: dict[str, Any] | None,
+    design_file: str,
+    life: Lifetimes | None,
+    pool: validate.PoolTable | None,
+) -> ContextsPartial:
+    table, rows = read_parquet_table([Path(file)], dictionary=("memory_id", "source"))
     n = table.num_rows
     if n == 0:
-        return pd.DataFrame(columns=["memory", "cell", "rows", *_ARM_COLS])
-    _check_columns(table, [Path(file)], np.zeros(n, np.int64), np.arange(n), _CTX_SPEC)
-    ctx_step = table["step"].to_numpy().astype(np.int64)
-    lo, hi = int(ctx_step.min()), int(ctx_step.max())
-    sv, y_of, cell_of = _steps_in_range(steps, lo, hi, by)
+        return _empty_contexts()
+    _check_columns(table, rows, CONTEXT_SPEC)
+    step = int64_values(table["step"])
+    lo, hi = int(step.min()), int(step.max())
+    sv, y_of, cell_names, cell_of = _steps_in_range(steps, lo, hi, by)
 
-    frame = pd.DataFrame(
-        {c: table[c].to_pandas() for c in ("step", "memory_id", "source", "rank", "propensity") if c in table.column_names}
-    )
     # the slot's position within its step, in row order, names the field in errors
-    frame["slot"] = frame.groupby("step", sort=False).cumcount()
-    frame = _locate(coerce(frame, CONTEXT_COLUMNS), file)
-    validate.check_contexts(frame, pd.DataFrame({"step": sv}), design, design_file)
+    runs = validate.StepRuns.of(step)
+    cols = table_columns(table, ("memory_id", "source", "rank", "propensity"))
+    del table
+    frame, mem, src = contexts_frame(cols, step, runs, strings=False)
+    validate.check_contexts(frame, sv, design, design_file, rows, mem, src, runs, pool)
 
-    pos = np.searchsorted(sv, ctx_step)
-    enc = pc.dictionary_encode(table["memory_id"].cast(pa.string())).combine_chunks()
-    mem_names = np.asarray(enc.dictionary.to_pylist(), dtype=object)
-    mem_code = enc.indices.to_numpy().astype(np.int64)
-    if life is None:
-        stored = np.ones(n, dtype=bool)
+    stored = None if life is None else _check_lifetimes(frame, rows, life, mem, src, step)
+    nc = max(len(cell_names), 1)
+    if nc == 1:
+        (y,) = row_outcomes(step, sv, y_of, runs=runs)
+        key = mem.indices
     else:
-        stored = _check_lifetimes(frame, life, mem_names, mem_code, ctx_step, file)
-    src = table["source"].cast(pa.string())
-    is_exp = pc.equal(src, EXPOSURE).fill_null(False).to_numpy(zero_copy_only=False)
-    is_ret = pc.equal(src, RETRIEVER).fill_null(False).to_numpy(zero_copy_only=False)
-    y = y_of[pos]
-    y2 = y * y
-    cell_names, cell_code = np.unique(cell_of[pos], return_inverse=True)
-    key = mem_code * len(cell_names) + cell_code
-    uniq, inv = np.unique(key, return_inverse=True)
-    size = len(uniq)
-
-    def count(mask: np.ndarray | None, w: np.ndarray | None = None) -> np.ndarray:
-        k = inv if mask is None else inv[mask]
-        ww = None if w is None else (w if mask is None else w[mask])
-        return np.bincount(k, weights=ww, minlength=size)
-
-    cols: dict[str, np.ndarray] = {
-        "memory": mem_names[uniq // len(cell_names)],
-        "cell": cell_names[uniq % len(cell_names)],
-        "rows": count(None).astype(np.int64),
-    }
-    for arm, mask in (("retrieved", is_ret), ("exposed", is_exp), ("in_context", stored)):
-        cols[f"{arm}_n"] = count(mask).astype(np.int64)
-        cols[f"{arm}_sum"] = count(mask, y)
-        cols[f"{arm}_sumsq"] = count(mask, y2)
-    return pd.DataFrame(cols)
+        y, cell_row = row_outcomes(step, sv, y_of, cell_of, runs=runs)
+        key = mem.indices.astype(np.int64) * nc + cell_row
+    size = len(mem.dictionary) * nc
+    arms = arm_sums(key, size, y, source_arm(src), stored, is_binary(y_of))
+    rows_n = arms["in_context_n"] if stored is None else np.bincount(key, minlength=size)
+    hit = np.flatnonzero(rows_n)
+    values = np.stack([arms[c][hit].astype(np.float64) for c in ARM_COLS] + [rows_n[hit].astype(np.float64)], axis=1)
+    return ContextsPartial(mem.dictionary, cell_names, hit // nc, hit % nc, values)
 
 
 def _check_lifetimes(
     frame: pd.DataFrame,
+    rows: validate.Rows,
     life: Lifetimes,
-    mem_names: np.ndarray,
-    mem_code: np.ndarray,
-    ctx_step: np.ndarray,
-    file: str,
+    mem: validate.Codes,
+    src: validate.Codes,
+    step: np.ndarray,
 ) -> np.ndarray:
     """Reject memories absent from the memories file or outside their lifetime; return ``stored``."""
-    idx = pd.Index(life.memory).get_indexer(mem_names)[mem_code]
-    unknown = idx < 0
-    validate.fail_at(frame, unknown, "context[{slot}].memory_id",
-                     "memory '{memory_id}' at step {step} is not in memories")
-    created, deleted = life.created[idx], life.deleted[idx]
-    stored = (created <= ctx_step) & (ctx_step < deleted)
-    validate.fail_at(frame, ~stored, "context[{slot}].memory_id",
+    ids = {"memory_id": mem, "source": src}
+    where = mem.lookup(positions(mem.dictionary, life.memory), -1)
+    validate.fail_at(frame, where < 0, rows, "context[{slot}].memory_id",
+                     "memory '{memory_id}' at step {step} is not in memories", ids)
+    stored = (life.created[where] <= step) & (step < life.deleted[where])
+    validate.fail_at(frame, ~stored, rows, "context[{slot}].memory_id",
                      "memory '{memory_id}' is in the context at step {step} but not in the store then "
-                     "(see memories created_step / deleted_step)")
+                     "(see memories created_step / deleted_step)", ids)
     return stored
 
 
-def combine_contexts(*partials: pd.DataFrame) -> pd.DataFrame:
+def combine_contexts(*partials: ContextsPartial) -> ContextsPartial:
     """Add contexts partials (any number, any order)."""
-    frames = [p for p in partials if len(p)]
-    if not frames:
-        return partials[0]
-    return pd.concat(frames, ignore_index=True).groupby(["memory", "cell"], sort=False, as_index=False).sum()
+    error = _first_error([p.error for p in partials])
+    if error is not None:
+        return _empty_contexts(error)
+    ps = [p for p in partials if len(p.mem_idx)]
+    if len(ps) <= 1:
+        return ps[0] if ps else partials[0]
+    memory = pc.unique(pa.concat_arrays([p.memory for p in ps]))
+    cells = pc.unique(pa.concat_arrays([p.cells for p in ps]))
+    mi = np.concatenate([_remap(p.memory, memory, p.mem_idx) for p in ps])
+    ci = np.concatenate([_remap(p.cells, cells, p.cell_idx) for p in ps])
+    uniq, inv = np.unique(mi * max(len(cells), 1) + ci, return_inverse=True)
+    vals = np.concatenate([p.values for p in ps])
+    summed = np.stack([np.bincount(inv, weights=vals[:, j], minlength=len(uniq)) for j in range(vals.shape[1])], axis=1)
+    nc = max(len(cells), 1)
+    return ContextsPartial(memory, cells, uniq // nc, uniq % nc, summed)
 
 
 # --------------------------------------------------------------------------- reduce + assemble
@@ -471,25 +603,35 @@ def dask_exposure_stats(path: str | Path, by: By = None, scheduler: object | Non
     step_parts = [step_range(f) for f in step_files]
     ctx_files = parts(root, "contexts")
 
-    d_life = dask.delayed(life, pure=True) if life is not None else None
-    d_steps = dask.delayed(step_parts, pure=True)
-    d_design = dask.delayed(design, pure=True)
+    # shared inputs by explicit key: dask neither walks nor hashes them (the design's pool
+    # alone holds one entry per pool memory)
+    run = uuid.uuid4().hex
+    d_life = dask.delayed(life, name=f"lifetimes-{run}", traverse=False) if life is not None else None
+    d_steps = dask.delayed(step_parts, name=f"steps-parts-{run}", traverse=False)
+    d_design = dask.delayed(design, name=f"design-{run}", traverse=False)
+    d_pool = dask.delayed(validate.PoolTable.of((design or {}).get("pool", {}) or {}), name=f"pool-{run}", traverse=False)
     s_map = [
         dask.delayed(steps_partial, pure=True)(i, str(f), by, d_life) for i, f in enumerate(step_files)
     ]
     c_map = [
-        dask.delayed(contexts_partial, pure=True)(str(f), d_steps, by, d_design, design_file, d_life)
-        for f in ctx_files
+        dask.delayed(contexts_partial, pure=True)(i, str(f), d_steps, by, d_design, design_file, d_life, d_pool)
+        for i, f in enumerate(ctx_files)
     ]
     s_red = tree_reduce(s_map, combine_steps)
     c_red = tree_reduce(c_map, combine_contexts) if c_map else None
     with dask_scheduler(scheduler) as sched:
         if c_red is None:
             (sp,) = dask.compute(s_red, scheduler=sched)
-            cp = pd.DataFrame(columns=["memory", "cell", "rows", *_ARM_COLS])
+            cp = _empty_contexts()
         else:
             sp, cp = dask.compute(s_red, c_red, scheduler=sched)
+    # the reader's order: the steps (each part's own rules, then their order across parts),
+    # then the contexts; within each, the first part file that breaks a rule
+    if sp.error is not None:
+        raise sp.error.error()
     _check_step_order(sp)
+    if cp.error is not None:
+        raise cp.error.error()
     return _assemble(sp, cp, by, design, life, log_checksum(root))
 
 
@@ -514,7 +656,7 @@ def _check_step_order(sp: StepsPartial) -> None:
 
 def _assemble(
     sp: StepsPartial,
-    cp: pd.DataFrame,
+    cp: ContextsPartial,
     by: By,
     design: dict[str, Any] | None,
     life: Lifetimes | None,
@@ -523,72 +665,54 @@ def _assemble(
     pool = (design or {}).get("pool", {}) or {}
     # memory index: the memories file, else every memory named anywhere (as ExposureLog.memory_ids)
     if life is not None:
-        memory = pd.Index(np.sort(pd.unique(life.memory)), name="memory", dtype="object")
+        memory_arr = life.memory
     else:
-        named = [cp["memory"].to_numpy(dtype=object), np.asarray(list(pool), dtype=object)]
+        named = [_named(cp.memory, cp.mem_idx)]
+        if pool:
+            named.append(pa.array(list(pool), pa.large_string()))
         if sp.ranks is not None:
-            named.append(sp.ranks["memory"].to_numpy(dtype=object))
-        ids = pd.unique(np.concatenate(named).astype(str))
-        memory = pd.Index(np.sort(ids), name="memory", dtype="object")
+            named.append(_named(sp.ranks.memory, sp.ranks.mem_idx))
+        memory_arr = sorted_unique(*named)
+    memory = to_index(memory_arr, "memory")
     m = len(memory)
     if by is None:
         cells = None
-        cell_names = np.array([""], dtype=object)
+        cell_arr = _BLANK
     else:
-        cells = pd.Index(np.sort(sp.cells["cell"].astype(str).unique()), name=by, dtype="object")
-        cell_names = np.asarray(cells, dtype=object)
-    nc = len(cell_names)
-    cell_index = pd.Index(cell_names)
+        cell_arr = sorted_unique(sp.cell_names)
+        cells = to_index(cell_arr, by)
+    nc = len(cell_arr)
+    shape = (m, nc)
+    order = positions(cell_arr, sp.cell_names)  # index in sp.cell_names of each final cell (-1: none)
+
+    def per_cell(a: np.ndarray) -> np.ndarray:
+        return np.where(order >= 0, a[np.maximum(order, 0)] if len(a) else 0, 0).astype(a.dtype)
 
     if life is None:
-        c = sp.cells.set_index("cell").reindex(cell_index)
-        in_store = np.broadcast_to(c["count"].to_numpy(np.int64), (m, nc)).copy()
-        store_sum = np.broadcast_to(c["sum"].to_numpy(np.float64), (m, nc)).copy()
-        store_sumsq = np.broadcast_to(c["sumsq"].to_numpy(np.float64), (m, nc)).copy()
+        in_store = np.broadcast_to(per_cell(sp.cell_count), shape).copy()
+        store_sum = np.broadcast_to(per_cell(sp.cell_sum), shape).copy()
+        store_sumsq = np.broadcast_to(per_cell(sp.cell_sumsq), shape).copy()
     else:
         # life.memory is the sorted memory index itself
-        st = np.stack([sp.store[str(name)] for name in cell_names], axis=-1)  # (3, M, C)
+        st = sp.store[:, :, order] if sp.store is not None else np.zeros((3, m, nc))
         in_store = st[0].astype(np.int64)
         store_sum, store_sumsq = st[1], st[2]
 
-    mi = memory.get_indexer(cp["memory"].to_numpy(dtype=object))
-    ci = cell_index.get_indexer(cp["cell"].to_numpy(dtype=object))
+    mi = _remap(cp.memory, memory_arr, cp.mem_idx)
+    ci = _remap(cp.cells, cell_arr, cp.cell_idx)
     known = mi >= 0
-    n_unknown = int(cp["rows"].to_numpy(np.int64)[~known].sum())
-    mi, ci = mi[known], ci[known]
-
-    def dense(col: str, dtype: type) -> np.ndarray:
-        out = np.zeros((m, nc), dtype=dtype)
-        out[mi, ci] = cp[col].to_numpy(dtype)[known]
-        return out
-
-    arms = {col: dense(col, np.int64 if col.endswith("_n") else np.float64) for col in _ARM_COLS}
-    control = in_store - arms["in_context_n"]
-    control_s = store_sum - arms["in_context_sum"]
-    control_s2 = store_sumsq - arms["in_context_sumsq"]
-    control_s = np.where(control == 0, 0.0, control_s)
-    control_s2 = np.where(control == 0, 0.0, control_s2)
-    ranked, rank_median = _rank_stats(sp.ranks, memory, cell_index)
-
-    data = {
-        "in_store": in_store,
-        "retrieved": arms["retrieved_n"],
-        "retrieved_outcome_sum": arms["retrieved_sum"],
-        "retrieved_outcome_sumsq": arms["retrieved_sumsq"],
-        "exposed": arms["exposed_n"],
-        "exposed_outcome_sum": arms["exposed_sum"],
-        "exposed_outcome_sumsq": arms["exposed_sumsq"],
-        "control": control,
-        "control_outcome_sum": control_s,
-        "control_outcome_sumsq": control_s2,
-        "ranked": ranked,
-        "rank_median": rank_median,
-    }
+    n_unknown = int(cp.values[~known, -1].sum())
+    arms = {}
+    for j, col in enumerate(ARM_COLS):
+        out = np.zeros(shape, dtype=np.int64 if col.endswith("_n") else np.float64)
+        out[mi[known], ci[known]] = cp.values[known, j]
+        arms[col] = out
+    data = stats_arrays(in_store, store_sum, store_sumsq, arms, *_rank_stats(sp.ranks, memory_arr, cell_arr))
     query_group = query_steps = None
     if by == "query":
-        q = sp.queries.set_index("query").reindex(cell_index)
-        query_group = q["group"].to_numpy(dtype=object)
-        query_steps = sp.cells.set_index("cell").reindex(cell_index)["count"].to_numpy(np.int64)
+        qpos = positions(cell_arr, sp.query_names)
+        query_group = sp.query_group.take(pa.array(qpos)).to_numpy(zero_copy_only=False).astype(object)
+        query_steps = per_cell(sp.cell_count).astype(np.int64)
     n_steps = int(sum(x[2] for x in sp.meta))
     return assemble_dataset(
         data,
@@ -607,19 +731,26 @@ def _assemble(
     )
 
 
-def _rank_stats(ranks: pd.DataFrame | None, memory: pd.Index, cell_index: pd.Index) -> tuple[np.ndarray, np.ndarray]:
+def _named(names: pa.Array, idx: np.ndarray) -> pa.Array:
+    """The entries of ``names`` that ``idx`` points at."""
+    used = np.zeros(len(names), dtype=bool)
+    used[idx] = True
+    return names.filter(pa.array(used))
+
+
+def _rank_stats(ranks: RankCounts | None, memory: pa.Array, cells: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """``ranked`` and ``rank_median`` (memory, cell) from counts per (memory, cell, rank)."""
-    m, nc = len(memory), len(cell_index)
+    m, nc = len(memory), len(cells)
     ranked = np.zeros((m, nc), dtype=np.int64)
     median = np.full((m, nc), np.nan)
-    if ranks is None or ranks.empty:
+    if ranks is None or len(ranks.mem_idx) == 0:
         return ranked, median
-    mi = memory.get_indexer(ranks["memory"].to_numpy(dtype=object))
-    ci = cell_index.get_indexer(ranks["cell"].to_numpy(dtype=object))
+    mi = _remap(ranks.memory, memory, ranks.mem_idx)
+    ci = _remap(ranks.cells, cells, ranks.cell_idx)
     keep = mi >= 0
     key = (mi * nc + ci)[keep]
-    rank = ranks["rank"].to_numpy(np.int64)[keep]
-    cnt = ranks["count"].to_numpy(np.int64)[keep]
+    rank = ranks.rank[keep]
+    cnt = ranks.count[keep]
     order = np.lexsort((rank, key))
     key, rank, cnt = key[order], rank[order], cnt[order]
     total = np.bincount(key, weights=cnt, minlength=m * nc).astype(np.int64)
