@@ -126,6 +126,132 @@ def test_mse_and_auc_against_hajek(fitted) -> None:
     assert diff >= -0.01 - 2 * float(np.std(boots)), (diff, np.std(boots))
 
 
+def test_posterior_respects_the_probability_bounds(fitted) -> None:
+    # tau is a difference of success rates: with the exposed arm at b + tau, no draw may
+    # leave 0 <= b + tau <= 1 for every baseline node the likelihood integrates over.
+    # The extreme nodes are the 1/(2K) and 1 - 1/(2K) quantiles of the control arm's
+    # Beta; a draw is jittered within its grid cell, so it may pass the last feasible
+    # grid point by at most one cell width (<= 0.08 at +-1, far less near 0).
+    from scipy import stats
+
+    from cmp_bayes.model.grid import TauGrid
+
+    _, tree, _ = fitted
+    cfg = ModelConfig.from_dict(json.loads(tree.attrs["model_config"]))
+    assert cfg.effect_bound == "truncate"
+    grid = TauGrid.make(cfg.grid_size, cfg.grid_curvature)
+    obs = tree["observed_data"]
+    ok = (tree["identification"]["status"] == IDENTIFIED).values
+    n0, y0 = obs["control"].values[ok], obs["control_outcome_sum"].values[ok]
+    k = cfg.baseline_nodes
+    b_lo = stats.beta.ppf(0.5 / k, y0 + 0.5, n0 - y0 + 0.5)
+    b_hi = stats.beta.ppf(1 - 0.5 / k, y0 + 0.5, n0 - y0 + 0.5)
+    top = grid.points[np.searchsorted(grid.points, 1 - b_lo, side="right") - 1]
+    bottom = grid.points[np.searchsorted(grid.points, -b_hi, side="left")]
+    tau = tree["posterior"]["tau"].values.reshape(-1, ok.size)[:, ok]
+    cell = grid.widths.max()
+    assert (tau.max(axis=0) <= top + cell).all()
+    assert (tau.min(axis=0) >= bottom - cell).all()
+    # and the bound binds somewhere: memories of high-baseline queries exist here
+    assert (1 - b_lo < 0.3).any()
+
+
+def test_truncated_likelihood_against_direct_computation() -> None:
+    # L_g = log mean_k Binomial(y1 | n1, b_k + tau_g) 1[0 <= b_k + tau_g <= 1] (up to a
+    # row constant) and F_g = log mean_k 1[0 <= b_k + tau_g <= 1], b_k the K quantile
+    # nodes of Beta(y0 + 1/2, n0 - y0 + 1/2): computed here point by point with scipy.
+    from scipy import stats
+
+    from cmp_bayes.model.grid import TauGrid, log_feasibility, log_likelihood
+
+    grid = TauGrid.make(31, 3.0)
+    arms = {
+        "exposed": np.array([7.0, 8.0, 6.0, 0.0]),
+        "exposed_outcome_sum": np.array([7.0, 0.0, 3.0, 0.0]),
+        "control": np.array([89.0, 88.0, 90.0, 96.0]),
+        "control_outcome_sum": np.array([79.0, 2.0, 27.0, 40.0]),
+    }
+    arms["exposed_outcome_sumsq"] = arms["exposed_outcome_sum"]
+    arms["control_outcome_sumsq"] = arms["control_outcome_sum"]
+    k = 5
+    nodes = (np.arange(k) + 0.5) / k
+    ll = log_likelihood(arms, grid, "binary", k, bound="truncate")
+    lf = log_feasibility(arms, grid, "binary", k)
+    clip = log_likelihood(arms, grid, "binary", k, bound="clip")
+    for m in range(3):
+        n1, y1 = arms["exposed"][m], arms["exposed_outcome_sum"][m]
+        n0, y0 = arms["control"][m], arms["control_outcome_sum"][m]
+        b = stats.beta.ppf(nodes, y0 + 0.5, n0 - y0 + 0.5)
+        p = b[:, None] + grid.points[None, :]  # (K, G)
+        feasible = (p >= 0) & (p <= 1)
+        direct = np.where(feasible, stats.binom.pmf(y1, n1, np.clip(p, 0, 1)), 0.0).mean(axis=0)
+        np.testing.assert_allclose(np.exp(ll[m]), direct / direct.max(), rtol=1e-9, atol=1e-300)
+        np.testing.assert_allclose(np.exp(lf[m]), feasible.mean(axis=0), rtol=1e-12)
+        # clipping keeps a likelihood at every tau; truncation zeroes the impossible ones
+        assert np.isfinite(clip[m]).all() and np.isneginf(ll[m]).any()
+    # a memory without exposures: flat likelihood, no truncation (it learns nothing)
+    assert (ll[3] == 0).all() and (lf[3] == 0).all()
+    # 7 of 7 at a baseline near 0.89: clipping fits every tau past the bound as well as the
+    # bound itself, truncation gives them likelihood 0
+    past = grid.points > 0.3
+    np.testing.assert_allclose(clip[0, past], 0.0, atol=1e-5)
+    assert np.isneginf(ll[0, past]).all()
+    # fractional outcomes: F_g = log P(0 <= b + tau_g <= 1) for b ~ Normal(control mean, v / n0)
+    frac = {key: v.copy() for key, v in arms.items()}
+    frac["exposed_outcome_sumsq"] = frac["exposed_outcome_sum"] * 0.9
+    frac["control_outcome_sumsq"] = frac["control_outcome_sum"] * 0.9
+    lf = log_feasibility(frac, grid, "fractional", k)
+    lt = log_likelihood(frac, grid, "fractional", k, bound="truncate")
+    lc = log_likelihood(frac, grid, "fractional", k, bound="clip")
+    n1, y1, s1 = frac["exposed"][2], frac["exposed_outcome_sum"][2], frac["exposed_outcome_sumsq"][2]
+    n0, y0, s0 = frac["control"][2], frac["control_outcome_sum"][2], frac["control_outcome_sumsq"][2]
+    v = ((s1 - y1**2 / n1) + (s0 - y0**2 / n0)) / (n1 + n0 - 2)
+    mean0 = y0 / n0
+    sd0 = np.sqrt(v / n0)
+    direct = stats.norm.cdf(1 - grid.points, mean0, sd0) - stats.norm.cdf(-grid.points, mean0, sd0)
+    np.testing.assert_allclose(np.exp(lf[2]), direct, rtol=1e-9, atol=1e-300)
+    shifted = lc[2] + lf[2]
+    np.testing.assert_allclose(lt[2], shifted - shifted.max(), atol=1e-9)
+
+
+def test_tau_potential_is_the_truncated_marginal_likelihood() -> None:
+    # The tau potential must be sum over exposed memories of
+    # log( sum_g prior_mg exp(L_mg) / sum_g prior_mg exp(F_mg) ): the marginal likelihood
+    # under the mixture restricted to b + tau in [0, 1]. Computed here memory by memory
+    # (no collapsed rows) at a random point of the hyperparameters; float64 sums of a few
+    # hundred terms agree to rounding (1e-9 relative).
+    import pytensor
+
+    from cmp_bayes.model.build import build_model, model_data
+    from cmp_bayes.model.recover import compile_prior_terms
+
+    stats, _ = synthetic_stats(300, seed=7)
+    # baselines near the ceiling so that the bound binds for many memories
+    stats["control_outcome_sum"] = np.round(stats["control"] * 0.85)
+    data = model_data(stats, ModelConfig(), None)
+    model = build_model(data, ModelConfig())
+    rng = np.random.default_rng(1)
+    point = {key: v + rng.normal(0, 0.3, np.shape(v)) for key, v in model.initial_point().items()}
+    outs = model.replace_rvs_by_values([*model.potentials, *model.free_RVs])
+    fn = pytensor.function(model.value_vars, outs, on_unused_input="ignore")
+    res = fn(*[point[v.name] for v in model.value_vars])
+    values = {rv.name: v for rv, v in zip(model.free_RVs, res[2:], strict=True)}
+    pmf, weight, _, _ = compile_prior_terms(data)(values)
+    i = data.informative
+    prior = weight[i] @ pmf  # (Mi, G)
+    lik = np.exp(data.loglik[i])
+    feas = np.exp(data.pattern_logfeas[data.pattern[i]])
+    assert (feas < 1).any()
+    ref = np.sum(np.log((prior * lik).sum(axis=1)) - np.log((prior * feas).sum(axis=1)))
+    np.testing.assert_allclose(res[0], ref, rtol=1e-9)
+    # the per-query variant swaps in its own (clipped) rows: the normaliser must not follow
+    from cmp_bayes.model.per_query import with_pair_likelihood
+
+    assert data.log_feasibility() is not None
+    with_pair_likelihood(data, data.loglik.copy())
+    assert data.log_feasibility() is None
+
+
 def test_default_fit_has_no_divergences(fitted) -> None:
     # decide refuses every forget when a fit has divergent draws (max_divergence_share 0),
     # so the default model must sample cleanly; the weak null-scale priors it replaced
@@ -205,6 +331,8 @@ def test_synthetic_stats_dataset_input_and_fractional(monkeypatch) -> None:
 def test_config_validation(tmp_path) -> None:
     with pytest.raises(ConfigError, match="grid_size"):
         ModelConfig(grid_size=10)
+    with pytest.raises(ConfigError, match="effect_bound"):
+        ModelConfig(effect_bound="censor")
     with pytest.raises(ConfigError, match="sampler"):
         SamplerConfig(sampler="gibbs")
     f = tmp_path / "fit.toml"

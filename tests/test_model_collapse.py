@@ -42,7 +42,11 @@ def test_collapsed_potentials_equal_the_sum_over_memories(small) -> None:
     values = {rv.name: v for rv, v in zip(model.free_RVs, hyper, strict=True)}
     pmf, weight, ra, rb = compile_prior_terms(data)(values)
     lik = np.exp(data.loglik[data.informative])  # (Mi, G), uncollapsed
-    tau_ref = np.sum(np.log(np.sum(weight[data.informative] * (lik @ pmf.T), axis=1)))
+    # each exposed memory's term is divided by the prior mass its baseline allows
+    # (effect_bound="truncate", docs/model.md)
+    feas = np.exp(data.pattern_logfeas[data.pattern[data.informative]])
+    w = weight[data.informative]
+    tau_ref = np.sum(np.log(np.sum(w * (lik @ pmf.T), axis=1)) - np.log(np.sum(w * (feas @ pmf.T), axis=1)))
     keep = data.in_store > 0
     y, n = data.retrieved[keep], data.in_store[keep]
     rho_ref = np.sum(betaln(y + ra[keep], n - y + rb[keep]) - betaln(ra[keep], rb[keep]))

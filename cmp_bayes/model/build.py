@@ -8,7 +8,10 @@ Hyperparameters theta are the only random variables NUTS sees:
   rank) and group effects per memory. Each memory's tau is integrated out on the
   grid: the marginal likelihood sum_m log sum_g prior_mg(theta) exp(L_mg) enters
   as a ``pm.Potential`` and, because prior_mg = sum_k w_mk p_kg, costs one
-  (M x G) @ (G x 3) product.
+  (M x G) @ (G x 3) product. The likelihood is zero where b + tau leaves [0, 1]
+  (``effect_bound="truncate"``), and each exposed memory's prior is the mixture
+  restricted to its feasible set, so the term is divided by
+  sum_g prior_mg(theta) exp(F_mg) (F = log feasibility, a second product).
 * rho: retrieved_m ~ BetaBinomial(in_store_m, mu_m kappa, (1 - mu_m) kappa),
   logit mu_m linear in the same covariates plus group effects; rho_m is
   integrated out in closed form (conjugate).
@@ -29,7 +32,13 @@ import pytensor.tensor as pt
 import xarray as xr
 
 from cmp_bayes.model.config import ModelConfig
-from cmp_bayes.model.grid import TauGrid, arm_arrays, likelihood_patterns, log_likelihood
+from cmp_bayes.model.grid import (
+    TauGrid,
+    arm_arrays,
+    likelihood_patterns,
+    log_feasibility,
+    log_likelihood,
+)
 
 #: Mixture components of the tau prior, in order.
 COMPONENTS: tuple[str, ...] = ("null", "helps", "hurts")
@@ -51,6 +60,12 @@ class ModelData:
     pattern_loglik : ndarray, shape (P, G)
         The distinct likelihood rows (see :func:`cmp_bayes.model.grid.likelihood_patterns`).
     pattern : ndarray of int, shape (M,)
+    pattern_logfeas : ndarray, shape (P, G), or None
+        Log probability that b + tau_g stays in [0, 1] per pattern
+        (:func:`cmp_bayes.model.grid.log_feasibility`): the normaliser of the
+        truncated prior. None when the likelihood is not truncated.
+    feasibility_of : ndarray or None
+        The ``pattern_loglik`` array ``pattern_logfeas`` belongs to (see :meth:`log_feasibility`).
     informative : ndarray of int
         Rows of ``loglik`` with at least one exposure.
     covariates : ndarray, shape (M, P)
@@ -71,6 +86,8 @@ class ModelData:
     loglik: np.ndarray
     pattern_loglik: np.ndarray
     pattern: np.ndarray
+    pattern_logfeas: np.ndarray | None
+    feasibility_of: np.ndarray | None
     informative: np.ndarray
     covariates: np.ndarray
     covariate_names: list[str]
@@ -84,6 +101,17 @@ class ModelData:
     @property
     def use_groups(self) -> bool:
         return len(self.groups) >= 2
+
+    def log_feasibility(self) -> np.ndarray | None:
+        """``pattern_logfeas`` if it belongs to the current ``pattern_loglik``, else None.
+
+        The per-query variant swaps in its own likelihood rows
+        (``per_query.with_pair_likelihood``: clipped pair likelihoods, one row per
+        memory), to which the memory-level normaliser does not apply.
+        """
+        if self.pattern_logfeas is None or self.feasibility_of is not self.pattern_loglik:
+            return None
+        return self.pattern_logfeas
 
 
 def rank_covariates(stats: xr.Dataset) -> tuple[np.ndarray, list[str]]:
@@ -122,7 +150,10 @@ def model_data(stats: xr.Dataset, config: ModelConfig, memory_group: np.ndarray 
     kind = str(stats.attrs.get("outcome_kind", "binary"))
     first, pattern = likelihood_patterns(arms, kind, config.pattern_resolution)
     rep = {k: v[first] for k, v in arms.items()}
-    pattern_loglik = log_likelihood(rep, grid, kind, config.baseline_nodes)
+    pattern_loglik = log_likelihood(rep, grid, kind, config.baseline_nodes, bound=config.effect_bound)
+    logfeas = None
+    if config.effect_bound == "truncate":
+        logfeas = log_feasibility(rep, grid, kind, config.baseline_nodes)
     if config.use_rank:
         x, names = rank_covariates(stats)
     else:
@@ -138,6 +169,8 @@ def model_data(stats: xr.Dataset, config: ModelConfig, memory_group: np.ndarray 
         loglik=pattern_loglik[pattern],
         pattern_loglik=pattern_loglik,
         pattern=pattern,
+        pattern_logfeas=logfeas,
+        feasibility_of=pattern_loglik if logfeas is not None else None,
         informative=np.flatnonzero(arms["exposed"] > 0),
         covariates=x,
         covariate_names=names,
@@ -302,7 +335,19 @@ def build_model(data: ModelData, config: ModelConfig) -> pm.Model:
             odds = pt.exp(terms["eta"])
             num = comp[:, 0] + pt.sum(odds * comp[:, 1:], axis=1)
             # the floor only matters for rows whose likelihood is negligible under every component
-            lmix = pt.log(pt.maximum(num, 1e-300)) - pt.log1p(pt.sum(odds, axis=1))
+            lmix = pt.log(pt.maximum(num, 1e-300))
+            logfeas = data.log_feasibility()
+            if logfeas is None:
+                lmix = lmix - pt.log1p(pt.sum(odds, axis=1))
+            else:
+                # truncated prior: divide by its feasible mass sum_k w_k (p_k . exp(F)); the
+                # softmax's denominator 1 + sum(odds) cancels between the two. F depends on the
+                # control arm only, so patterns share far fewer distinct F rows (10k memories:
+                # 566 of 2257)
+                frows, floc = np.unique(logfeas[used], axis=0, return_inverse=True)
+                feas_p = pt.dot(pt.as_tensor_variable(np.exp(frows)), pt.exp(terms["log_pmf"]).T)
+                feas = feas_p[floc.reshape(-1)[local.reshape(-1)]]
+                lmix = lmix - pt.log(feas[:, 0] + pt.sum(odds * feas[:, 1:], axis=1))
             pm.Potential("tau_marginal", pt.sum(count * lmix))
         keep, count = unique_rows(
             data, np.flatnonzero(data.in_store > 0), data.retrieved, data.in_store

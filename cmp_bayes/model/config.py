@@ -47,6 +47,14 @@ class ModelConfig:
         Memories whose arms give the same likelihood up to this resolution of the
         control-arm mean share one likelihood row (cost per gradient stops growing
         with M); 0 = only identical arms (exact). See ``grid.likelihood_patterns``.
+    effect_bound : {"truncate", "clip"}
+        How the exposed-arm likelihood treats effects that would take the exposed
+        arm's expected outcome b + tau outside [0, 1]. "truncate" (default): they are
+        impossible, and each exposed memory's prior of (b, tau) is the mixture
+        restricted to b + tau in [0, 1] (normalised). "clip": b + tau is clipped, so
+        every tau above 1 - b fits the data as well as 1 - b does (the earlier model;
+        its posterior mean ranked memories of high-baseline queries too high; see
+        docs/model.md). The per-query variant's pair likelihoods always clip.
     use_rank : bool
         Let the mixture weights (and retrievability) depend on the retriever's rank
         covariates (log1p median rank, never-ranked indicator) when the log has rankings.
@@ -93,6 +101,7 @@ class ModelConfig:
     grid_curvature: float = 5.0
     baseline_nodes: int = 12
     pattern_resolution: float = 0.0025
+    effect_bound: str = "truncate"
     use_rank: bool = True
     use_groups: bool = True
     null_sd: tuple[float, float] = (0.015, 0.3)
@@ -116,6 +125,8 @@ class ModelConfig:
             raise ConfigError(f"model.grid_curvature must be > 0, got {self.grid_curvature}")
         if self.baseline_nodes < 1:
             raise ConfigError(f"model.baseline_nodes must be >= 1, got {self.baseline_nodes}")
+        if self.effect_bound not in ("truncate", "clip"):
+            raise ConfigError(f"model.effect_bound must be 'truncate' or 'clip', got {self.effect_bound!r}")
         if not 0 <= self.pattern_resolution < 0.1:
             raise ConfigError(f"model.pattern_resolution must be in [0, 0.1), got {self.pattern_resolution}")
         if self.prior_draws < 1:
