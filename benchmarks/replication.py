@@ -37,6 +37,9 @@ JOBS: dict[str, str] = {
     "exp_longmemeval_gain02_bm25": "experiment --dataset longmemeval --limit 12 --draws 300 --tune 300 --reader-gain 0.2 --data {data}/longmemeval/longmemeval_s_cleaned.jsonl.xz",
     "exp_longmemeval30_gain02_bm25": "experiment --dataset longmemeval --limit 30 --draws 300 --tune 300 --reader-gain 0.2 --data {data}/longmemeval/longmemeval_s_cleaned.jsonl.xz",
     "exp_longmemeval30_bm25": "experiment --dataset longmemeval --limit 30 --draws 300 --tune 300 --data {data}/longmemeval/longmemeval_s_cleaned.jsonl.xz",
+    # 60 questions stratified over the six question types (the loader's default sample), 500/500 draws
+    "exp_longmemeval60_bm25": "experiment --dataset longmemeval --limit 60 --draws 500 --tune 500 --data {data}/longmemeval/longmemeval_s_cleaned.jsonl.xz",
+    "exp_longmemeval60_gain02_bm25": "experiment --dataset longmemeval --limit 60 --draws 500 --tune 500 --reader-gain 0.2 --data {data}/longmemeval/longmemeval_s_cleaned.jsonl.xz",
     "exp_locomo_conv42_bm25": "experiment --dataset locomo --conversations conv-42 --draws 300 --tune 300 --data {data}/locomo/locomo10.json",
     "exp_hotpotqa_bm25": "experiment --dataset hotpotqa --slots 4 --exposure-slots 1 --draws 300 --tune 300 --data {data}/hotpotqa/hotpot_dev_distractor_sample200.jsonl",
     "exp_musique_bm25": "experiment --dataset musique --slots 6 --exposure-slots 2 --draws 300 --tune 300 --data {data}/musique/musique_ans_dev_sample200.jsonl",
@@ -46,6 +49,9 @@ DENSE_JOBS: dict[str, str] = {
     "pos_locomo_conv42_dense": "positivity --dataset locomo --conversations conv-42 --retriever dense --data {data}/locomo/locomo10.json",
     "pos_longmemeval_strat12_dense": "positivity --dataset longmemeval --limit 12 --retriever dense --data {data}/longmemeval/longmemeval_s_cleaned.jsonl.xz",
     "pos_longmemeval_strat12_bm25": "positivity --dataset longmemeval --limit 12 --data {data}/longmemeval/longmemeval_s_cleaned.jsonl.xz",
+    # 5 questions, one per type except preference (stratified, seed 0): 2,504 turns, fits a 2-core budget
+    "pos_longmemeval_strat5_dense": "positivity --dataset longmemeval --limit 5 --retriever dense --data {data}/longmemeval/longmemeval_s_cleaned.jsonl.xz",
+    "pos_longmemeval_strat5_bm25": "positivity --dataset longmemeval --limit 5 --data {data}/longmemeval/longmemeval_s_cleaned.jsonl.xz",
 }
 
 
@@ -95,6 +101,9 @@ def print_tables() -> None:
         print("| --- | --- | --- | --- | --- |")
         for r in d["auc"]:
             print(f"| {r['method']} | {r['level']} | {f(r['auc'])} [{f(r['ci_low'])}, {f(r['ci_high'])}] | {f(r['auc_identified'])} | {r['n_nan']} |")
+        for x in d.get("auc_difference", []):
+            print(f"paired AUC {x['method']} - {x['baseline']} ({x['subset']}, n={x['n']}, {x['n_required']} required): "
+                  f"{f(x['diff'])} [{f(x['ci_low'])}, {f(x['ci_high'])}], P(<= 0) = {f(x['p_le_0'])}")
         lifts = ", ".join(f"{k} {v:.3f}" for k, v in rz["lift_by_rule"].items())
         print(f"store randomization: unchanged {100 * rz['unchanged_share']:.1f}% of {rz['perturbations']}; lift {lifts}")
 

@@ -205,3 +205,25 @@ def test_cli_experiment_writes_a_readable_log(tmp_path, capsys) -> None:
     assert out["label"] == "semi-synthetic" and out["log"]["steps"] == 3 * 42
     log = read_log(tmp_path / "log")
     assert log.n_steps == 3 * 42 and log.labels is not None and log.rankings is not None
+
+
+def test_paired_auc_difference() -> None:
+    from cmp_bayes.replicate.experiment import paired_auc_difference
+
+    y = np.r_[np.ones(5, dtype=bool), np.zeros(15, dtype=bool)]
+    perfect = np.r_[np.arange(20.0, 25.0), np.arange(15.0)]  # every required above every other
+    # reversed: required all below; NaN counts as ranked last, so NaN for the required is the same
+    reversed_ = np.r_[np.full(5, np.nan), np.arange(15.0)]
+    d = paired_auc_difference(perfect, reversed_, y, n_boot=200, seed=1)
+    # AUC 1 - AUC 0 on every resample (a resample keeps both classes), so the interval is a point
+    assert d["diff"] == 1.0 and d["ci_low"] == 1.0 and d["ci_high"] == 1.0 and d["p_le_0"] == 0.0
+    assert (d["n"], d["n_required"]) == (20, 5)
+    same = paired_auc_difference(perfect, perfect.copy(), y, n_boot=50)
+    assert same["diff"] == 0.0 and same["ci_low"] == 0.0 and same["ci_high"] == 0.0
+    # one required memory swapped below every negative in b: AUC(b) = (4 * 15) / (5 * 15) = 0.8,
+    # so the point difference is exactly 0.2 and the interval (resamples of those 5) holds it
+    b = perfect.copy()
+    b[0] = -1.0
+    d = paired_auc_difference(perfect, b, y, n_boot=200)
+    assert d["diff"] == pytest.approx(0.2) and d["ci_low"] <= 0.2 <= d["ci_high"] and d["ci_low"] >= 0.0
+    assert paired_auc_difference(perfect, b, np.zeros(20, dtype=bool))["diff"] is None

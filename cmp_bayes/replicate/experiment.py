@@ -412,6 +412,16 @@ class ExperimentResult:
         Seconds per phase.
     fit_health : dict
         Max R-hat and divergences of the fit (empty without a fit).
+    auc_diff : list of dict
+        Paired bootstrap of AUC differences between methods
+        (:func:`paired_auc_difference`), all memories and identified only.
+    scores : pandas.DataFrame
+        One row per memory: ``memory_id``, ``required``, ``status``,
+        ``rank_median``, ``retrieved``, ``exposed`` and one score column per
+        memory-level method (NaN = no estimate). Not written to JSON (memory
+        ids of licensed data); for diagnostics in Python.
+    posterior : xarray.DataTree or None
+        The fitted posterior (None without a fit); not written to JSON.
     """
 
     dataset: str
@@ -423,6 +433,9 @@ class ExperimentResult:
     randomization: dict[str, Any]
     timings: dict[str, float] = field(default_factory=dict)
     fit_health: dict[str, Any] = field(default_factory=dict)
+    auc_diff: list[dict[str, Any]] = field(default_factory=list)
+    scores: pd.DataFrame | None = None
+    posterior: Any = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (label ``semi-synthetic``)."""
@@ -437,6 +450,7 @@ class ExperimentResult:
             "auc": json.loads(self.auc.to_json(orient="records")),
             "store_randomization": self.randomization,
             "fit_health": self.fit_health,
+            "auc_difference": self.auc_diff,
             "timings_s": self.timings,
         }
 
@@ -466,6 +480,11 @@ class ExperimentResult:
             lines.append(
                 f"  store randomization: unchanged {100 * rz['unchanged_share']:.1f}% of {rz['perturbations']} "
                 f"(delete {rz['delete_fraction']}); eviction lift ({rz['evict_fraction']} evicted): {lifts}"
+            )
+        for d in self.auc_diff:
+            lines.append(
+                f"  AUC {d['method']} - {d['baseline']} ({d['subset']}, n={d['n']}): {_f(d['diff'])} "
+                f"[{_f(d['ci_low'])}, {_f(d['ci_high'])}], P(diff <= 0) = {_f(d['p_le_0'])}"
             )
         if self.fit_health:
             lines.append(f"  fit: {self.fit_health}")
@@ -535,6 +554,7 @@ def run_experiment(
     rows.append(_auc_row("hajek per query", "pair", evaluate(log, per_query, level="pair", n_boot=config.n_boot, seed=config.seed)))
     fit_health: dict[str, Any] = {}
     scores = {"hajek": tables["hajek"]}
+    dt = None
     if config.fit:
         from cmp_bayes.model.fit import fit
 
@@ -546,10 +566,89 @@ def run_experiment(
         post = dt["posterior"]["tau"].mean(("chain", "draw"))
         scores["posterior"] = pd.DataFrame({"memory_id": post["memory"].to_numpy().astype(str), "estimate": post.to_numpy()})
     auc = pd.DataFrame(rows)
+    per_memory = pd.DataFrame(
+        {
+            "memory_id": stats["memory"].to_numpy().astype(str),
+            "status": status.to_numpy(dtype=object),
+            "rank_median": stats["rank_median"].to_numpy(),
+            "retrieved": stats["retrieved"].to_numpy(),
+            "exposed": stats["exposed"].to_numpy(),
+        }
+    )
+    per_memory["required"] = per_memory["memory_id"].isin(required)
+    for name, table in {"logged-success": tables["logged-success"], **scores}.items():
+        t = table.drop_duplicates("memory_id")
+        est = pd.Series(t["estimate"].to_numpy(np.float64), index=t["memory_id"].astype(str).to_numpy())
+        per_memory[name] = est.reindex(per_memory["memory_id"].to_numpy()).to_numpy(np.float64)
+    diffs: list[dict[str, Any]] = []
+    if "posterior" in per_memory:
+        ident = (per_memory["status"] == "identified").to_numpy()
+        for base in ("hajek", "logged-success"):
+            for subset, mask in (("all", np.ones(len(per_memory), dtype=bool)), ("identified", ident)):
+                diffs.append(
+                    {"method": "posterior", "baseline": base, "subset": subset}
+                    | paired_auc_difference(
+                        per_memory.loc[mask, "posterior"].to_numpy(),
+                        per_memory.loc[mask, base].to_numpy(),
+                        per_memory.loc[mask, "required"].to_numpy(bool),
+                        n_boot=max(config.n_boot, 1000),
+                        seed=config.seed,
+                    )
+                )
     t0 = time.perf_counter()
     rz = store_randomization(log, blocks, config, scores)
     timings["store_randomization"] = time.perf_counter() - t0
-    return ExperimentResult(dataset.name, retriever.name, dataset.granularity, config, summary, auc, rz, timings, fit_health)
+    return ExperimentResult(dataset.name, retriever.name, dataset.granularity, config, summary, auc, rz, timings,
+                            fit_health, diffs, per_memory, dt)
+
+
+def paired_auc_difference(
+    a: np.ndarray, b: np.ndarray, required: np.ndarray, n_boot: int = 1000, seed: int = 0
+) -> dict[str, Any]:
+    """AUC(a) - AUC(b) on the same memories, with a paired stratified bootstrap interval.
+
+    Parameters
+    ----------
+    a, b : numpy.ndarray
+        Scores of two methods, shape ``(n,)``, one per memory (NaN = no
+        estimate, ranked last as in ``cmp_bayes.evaluation.evaluate``).
+    required : numpy.ndarray
+        Labels, shape ``(n,)`` bool.
+    n_boot : int
+        Bootstrap draws; each resamples required and non-required memories
+        separately (class sizes fixed, as ``evaluation.auc_interval`` does) and
+        scores both methods on the *same* resample, so the interval of the
+        difference accounts for their correlation.
+    seed : int
+
+    Returns
+    -------
+    dict
+        ``diff``, ``ci_low``, ``ci_high`` (equal-tailed at
+        ``cmp_bayes.constants.CI_PROB``), ``p_le_0`` (share of draws with a
+        difference <= 0), ``n``, ``n_required``; NaN (None) entries when a
+        class is empty.
+    """
+    from cmp_bayes.constants import CI_PROB
+    from cmp_bayes.evaluation import auc
+
+    sa = np.where(np.isnan(a), -np.inf, a)
+    sb = np.where(np.isnan(b), -np.inf, b)
+    y = np.asarray(required, dtype=bool)
+    pos, neg = np.flatnonzero(y), np.flatnonzero(~y)
+    out: dict[str, Any] = {"n": int(y.size), "n_required": int(y.sum())}
+    if len(pos) == 0 or len(neg) == 0:
+        return out | {"diff": None, "ci_low": None, "ci_high": None, "p_le_0": None}
+    point = auc(sa, y) - auc(sb, y)
+    rng = np.random.default_rng([seed, 11])
+    boots = np.empty(n_boot)
+    lab = np.r_[np.ones(len(pos), dtype=bool), np.zeros(len(neg), dtype=bool)]
+    for i in range(n_boot):
+        idx = np.r_[rng.choice(pos, len(pos)), rng.choice(neg, len(neg))]
+        boots[i] = auc(sa[idx], lab) - auc(sb[idx], lab)
+    tail = (1.0 - CI_PROB) / 2.0
+    low, high = np.quantile(boots, [tail, 1.0 - tail])
+    return out | {"diff": float(point), "ci_low": float(low), "ci_high": float(high), "p_le_0": float((boots <= 0).mean())}
 
 
 def _auc_row(method: str, level: str, ev: dict[str, Any]) -> dict[str, Any]:
