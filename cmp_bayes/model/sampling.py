@@ -32,7 +32,7 @@ def sample_hyper(model: pm.Model, cfg: SamplerConfig) -> tuple[xr.Dataset, xr.Da
     if cfg.sampler == "pymc":
         kwargs["cores"] = min(cfg.chains, os.cpu_count() or 1)
     if cfg.sampler == "nutpie":
-        kwargs["nuts_sampler_kwargs"] = {"adaptation": cfg.adaptation}
+        kwargs["nuts"] = {"adaptation": cfg.adaptation}
     with model:
         tree = pm.sample(
             draws=cfg.draws, tune=cfg.tune, chains=cfg.chains, random_seed=cfg.seed,
