@@ -239,7 +239,8 @@ def report(rows: list[dict], fit_row: dict | None, args: argparse.Namespace, par
         "",
         f"Machine: nproc={os.cpu_count()}, CPU: {cpu_model()}, Python {platform.python_version()}, "
         f"pyarrow {pa.__version__}, pandas {pd.__version__}, numpy {np.__version__}, dask {dask_v}. "
-        "Shared with other jobs while it ran: timings are noisy.",
+        f"1-minute load average when the report was written: {os.getloadavg()[0]:.1f} "
+        "(each run is one process; compare the ratios within a run).",
         "",
         f"Logs: `cmp_bayes.scale.generate.generate` with {args.memories:,} memories, {args.slots} slots "
         f"({args.exposure_slots} exposure), {args.rows_per_part:,} context rows per part file, binary outcomes, "
