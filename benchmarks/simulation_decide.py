@@ -50,8 +50,9 @@ def oracle_posterior(stats: xr.Dataset, truth: pd.DataFrame, draws: int, seed: i
 
     Prior on tau = the empirical distribution of ``tau_true`` over all memories
     (binned on a 0.01 grid): what a perfectly fitted hierarchical prior would
-    be. Likelihood: exposed-arm successes ~ Binomial(n1, clip(b + tau)), b the
-    control-arm mean. Draws come from the exact grid posterior. It isolates the
+    be. Likelihood: exposed-arm successes ~ Binomial(n1, b + tau), b the
+    control-arm mean, zero where b + tau leaves [0, 1] (the model's truncation;
+    clipping instead lets every tau past the bound fit as well as the bound). Draws come from the exact grid posterior. It isolates the
     decision rule from the model's fit; it is not something a user can compute.
     """
     grid = np.round(np.arange(-0.6, 0.6001, 0.01), 2)
@@ -63,8 +64,10 @@ def oracle_posterior(stats: xr.Dataset, truth: pd.DataFrame, draws: int, seed: i
     n1 = stats["exposed"].to_numpy()
     y1 = stats["exposed_outcome_sum"].to_numpy()
     b = stats["control_outcome_sum"].to_numpy() / np.maximum(stats["control"].to_numpy(), 1)
-    prob = np.clip(b[:, None] + grid[None, :], 0.02, 0.98)
-    loglik = sps.binom.logpmf(np.round(y1)[:, None], n1[:, None], prob)
+    p = b[:, None] + grid[None, :]
+    feasible = (p >= 0) & (p <= 1) | (n1[:, None] == 0)
+    loglik = sps.binom.logpmf(np.round(y1)[:, None], n1[:, None], np.clip(p, 1e-12, 1 - 1e-12))
+    loglik = np.where(feasible, loglik, -np.inf)
     logpost = np.log(prior)[None, :] + loglik
     w = np.exp(logpost - logpost.max(axis=1, keepdims=True))
     w /= w.sum(axis=1, keepdims=True)
