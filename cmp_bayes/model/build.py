@@ -267,6 +267,16 @@ def _betaln(a, b):
     return pt.gammaln(a) + pt.gammaln(b) - pt.gammaln(a + b)
 
 
+def prior_key(data: ModelData, rows: np.ndarray) -> np.ndarray:
+    """What a memory's prior depends on, one row per memory in ``rows``: (group, covariates).
+
+    Memories with equal keys have identical mixture weights and rho priors for
+    every theta (:func:`prior_terms`), which the row collapsing here and the
+    recovery in :mod:`cmp_bayes.model.recover` both rely on.
+    """
+    return np.column_stack([data.group_index[rows].astype(np.float64), data.covariates[rows]])
+
+
 def unique_rows(data: ModelData, rows: np.ndarray, *keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Representatives of ``rows`` with distinct (keys, covariates, group), and their counts.
 
@@ -278,8 +288,7 @@ def unique_rows(data: ModelData, rows: np.ndarray, *keys: np.ndarray) -> tuple[n
     if rows.size == 0:
         return rows, np.zeros(0)
     cols = [np.asarray(k, dtype=np.float64)[rows] for k in keys]
-    cols.append(data.group_index[rows].astype(np.float64))
-    key = np.column_stack([*cols, data.covariates[rows]])
+    key = np.column_stack([*cols, prior_key(data, rows)])
     _, first, count = np.unique(key, axis=0, return_index=True, return_counts=True)
     return rows[first], count.astype(np.float64)
 

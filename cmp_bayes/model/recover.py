@@ -29,7 +29,7 @@ import numpy as np
 import pytensor
 import pytensor.tensor as pt
 
-from cmp_bayes.model.build import ModelData, hyper_shapes, prior_terms
+from cmp_bayes.model.build import ModelData, hyper_shapes, prior_key, prior_terms
 
 
 @dataclass
@@ -142,9 +142,8 @@ def recover(
         same for any number of threads.
     """
     m = data.memory.size
-    # a memory's prior depends on its covariates and group only: compute it once per
-    # distinct (group, covariates) and gather
-    key = np.column_stack([data.group_index.astype(np.float64), data.covariates])
+    # compute each distinct prior once and gather
+    key = prior_key(data, np.arange(m))
     _, first, prior_of = np.unique(key, axis=0, return_index=True, return_inverse=True)
     ctx = _Context(
         data=data, fn=compile_prior_terms(data, first), prior_of=prior_of.reshape(-1),

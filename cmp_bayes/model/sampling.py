@@ -39,11 +39,7 @@ def sample_hyper(model: pm.Model, cfg: SamplerConfig) -> tuple[xr.Dataset, xr.Da
             progressbar=cfg.progressbar, nuts_sampler=cfg.sampler,
             target_accept=cfg.target_accept, **kwargs,
         )
-    post = tree["posterior"].to_dataset()
-    stats = tree["sample_stats"].to_dataset()
-    # object-typed stats (nutpie's divergence messages) do not belong in NetCDF
-    stats = stats[[v for v in stats.data_vars if stats[v].dtype != object]]
-    return post, stats
+    return _groups(tree)
 
 
 def _nutpie(model: pm.Model, cfg: SamplerConfig) -> tuple[xr.Dataset, xr.Dataset]:
@@ -62,10 +58,15 @@ def _nutpie(model: pm.Model, cfg: SamplerConfig) -> tuple[xr.Dataset, xr.Dataset
         progress_bar=cfg.progressbar, save_warmup=False,
         target_accept=cfg.target_accept, adaptation=cfg.adaptation,
     )
-    post = tree["posterior"].to_dataset()
+    return _groups(tree)
+
+
+def _groups(tree: xr.DataTree) -> tuple[xr.Dataset, xr.Dataset]:
+    """The posterior and sample_stats of a sampler's DataTree."""
     stats = tree["sample_stats"].to_dataset()
+    # object-typed stats (nutpie's divergence messages) do not belong in NetCDF
     stats = stats[[v for v in stats.data_vars if stats[v].dtype != object]]
-    return post, stats
+    return tree["posterior"].to_dataset(), stats
 
 
 def _advi(model: pm.Model, cfg: SamplerConfig) -> tuple[xr.Dataset, xr.Dataset]:
