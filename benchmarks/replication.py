@@ -60,7 +60,9 @@ def main() -> int:
     p.add_argument("--data", default=str(ROOT.parent / "shared" / "data"))
     p.add_argument("--only", nargs="+", help="job names to run (default: all)")
     p.add_argument("--dense", action="store_true", help="also run the dense (MiniLM) jobs")
-    p.add_argument("--tables", action="store_true", help="print the Markdown tables of the results and exit")
+    p.add_argument(
+        "--tables", action="store_true", help="print the Markdown tables of the results and exit"
+    )
     args = p.parse_args()
     if args.tables:
         print_tables()
@@ -73,14 +75,70 @@ def main() -> int:
     if args.only:
         jobs = {k: v for k, v in {**JOBS, **DENSE_JOBS}.items() if k in args.only}
     for name, cmd in jobs.items():
-        argv = ["replicate", *shlex.split(cmd.format(data=args.data)), "--seed", "0", "-o", str(OUT / f"{name}.json")]
+        argv = [
+            "replicate",
+            *shlex.split(cmd.format(data=args.data)),
+            "--seed",
+            "0",
+            "-o",
+            str(OUT / f"{name}.json"),
+        ]
         print(f"\n### {name}\n$ cmp-bayes {' '.join(argv)}", flush=True)
         t0 = time.perf_counter()
+        started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         rc = cli(argv)
         print(f"({name}: exit {rc}, {time.perf_counter() - t0:.0f} s)", flush=True)
         if rc:
             return rc
+        record_provenance(OUT / f"{name}.json", argv, started)
     return 0
+
+
+def record_provenance(path: Path, argv: list[str], started: str) -> None:
+    """Add to a result JSON the commit, the state of the tree and the machine that produced it.
+
+    Round 2's numbers could not be quoted because they ran on an uncommitted
+    tree and nothing in their JSON said so; every result now carries it.
+    """
+    import json
+    import os
+    import platform
+    import subprocess
+
+    import cmp_bayes
+
+    def git(*a: str) -> str:
+        try:
+            return subprocess.run(
+                ["git", *a], cwd=ROOT, capture_output=True, text=True, check=True
+            ).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            return ""
+
+    d = json.loads(path.read_text())
+    d["provenance"] = {
+        "command": "cmp-bayes " + shlex.join(argv),
+        "cmp_bayes_version": cmp_bayes.__version__,
+        "package_path": str(Path(cmp_bayes.__file__).parent),
+        "git_commit": git("rev-parse", "HEAD"),
+        # Uncommitted changes to tracked files (results/ excluded: the job writes there).
+        "git_dirty": git(
+            "status",
+            "--porcelain",
+            "--untracked-files=no",
+            "--",
+            ".",
+            ":!reports/replication/results",
+        ),
+        "started_utc": started,
+        "finished_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "load_average_at_end": list(os.getloadavg()),
+    }
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(d, indent=2) + "\n")
+    tmp.replace(path)
 
 
 def print_tables() -> None:
@@ -93,19 +151,27 @@ def print_tables() -> None:
     for path in sorted(OUT.glob("exp_*.json")):
         d = json.loads(path.read_text())
         log, rz = d["log"], d["store_randomization"]
-        print(f"\n{path.stem}: {d['dataset']} ({d['granularity']}), B={d['config']['slots']}, k={d['config']['exposure_slots']}, "
-              f"reader gain {d['config']['reader_gain']}; {log['steps']} steps, {log['memories']} memories, "
-              f"{log['required_memories']} required ({log['required_status_counts']}); required never retrieved "
-              f"{100 * log['required_unidentified_share']:.1f}%; fit {d['fit_health']}")
+        print(
+            f"\n{path.stem}: {d['dataset']} ({d['granularity']}), B={d['config']['slots']}, k={d['config']['exposure_slots']}, "
+            f"reader gain {d['config']['reader_gain']}; {log['steps']} steps, {log['memories']} memories, "
+            f"{log['required_memories']} required ({log['required_status_counts']}); required never retrieved "
+            f"{100 * log['required_unidentified_share']:.1f}%; fit {d['fit_health']}"
+        )
         print("| method | level | AUC all [90% interval] | AUC identified | no estimate |")
         print("| --- | --- | --- | --- | --- |")
         for r in d["auc"]:
-            print(f"| {r['method']} | {r['level']} | {f(r['auc'])} [{f(r['ci_low'])}, {f(r['ci_high'])}] | {f(r['auc_identified'])} | {r['n_nan']} |")
+            print(
+                f"| {r['method']} | {r['level']} | {f(r['auc'])} [{f(r['ci_low'])}, {f(r['ci_high'])}] | {f(r['auc_identified'])} | {r['n_nan']} |"
+            )
         for x in d.get("auc_difference", []):
-            print(f"paired AUC {x['method']} - {x['baseline']} ({x['subset']}, n={x['n']}, {x['n_required']} required): "
-                  f"{f(x['diff'])} [{f(x['ci_low'])}, {f(x['ci_high'])}], P(<= 0) = {f(x['p_le_0'])}")
+            print(
+                f"paired AUC {x['method']} - {x['baseline']} ({x['subset']}, n={x['n']}, {x['n_required']} required): "
+                f"{f(x['diff'])} [{f(x['ci_low'])}, {f(x['ci_high'])}], P(<= 0) = {f(x['p_le_0'])}"
+            )
         lifts = ", ".join(f"{k} {v:.3f}" for k, v in rz["lift_by_rule"].items())
-        print(f"store randomization: unchanged {100 * rz['unchanged_share']:.1f}% of {rz['perturbations']}; lift {lifts}")
+        print(
+            f"store randomization: unchanged {100 * rz['unchanged_share']:.1f}% of {rz['perturbations']}; lift {lifts}"
+        )
 
 
 if __name__ == "__main__":
