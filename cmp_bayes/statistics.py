@@ -379,8 +379,9 @@ def exposure_stats(
         over those steps; ``control``: steps in the store and not in the
         context (a context row at a step where the memory is not in the store
         counts as retrieved/exposed but is never subtracted from control);
-        ``ranked``: steps whose ``ranking`` lists the memory; ``rank_median``:
-        median 0-based rank over those steps (NaN if never ranked).
+        ``ranked``: steps whose ``ranking`` lists the memory; ``rank_median``
+        and ``rank_best``: median and smallest 0-based rank over those steps
+        (float64; NaN if never ranked).
 
         Over memory only: ``propensity`` (the design pool's per-step
         propensity; NaN outside the pool) and ``in_pool`` (bool).
@@ -515,6 +516,7 @@ def stats_arrays(
     arms: dict[str, np.ndarray],
     ranked: np.ndarray,
     rank_median: np.ndarray,
+    rank_best: np.ndarray,
 ) -> dict[str, np.ndarray]:
     """The Dataset's arrays, each (memory, cell), from the in-store totals and the context arms.
 
@@ -538,6 +540,7 @@ def stats_arrays(
         "control_outcome_sumsq": control_s2,
         "ranked": ranked,
         "rank_median": rank_median,
+        "rank_best": rank_best,
     }
 
 
@@ -556,7 +559,7 @@ def assemble_dataset(
     Parameters
     ----------
     data : dict of numpy.ndarray
-        Each of ``COUNT_VARS``, ``SUM_VARS`` and ``rank_median``, shape
+        Each of ``COUNT_VARS``, ``SUM_VARS``, ``rank_median`` and ``rank_best``, shape
         (memory, cell) (cell = 1 without ``by``).
     memory, cells : pandas.Index
         Sorted memory ids; sorted query ids or group names (None without ``by``).
@@ -604,11 +607,11 @@ def _ranking_stats(
     step_vals: np.ndarray,
     cell_of_step: np.ndarray,
     n_cells: int,
-) -> tuple[np.ndarray, np.ndarray]:
-    """``ranked`` (int64) and ``rank_median`` (float64), each (memory, cell)."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``ranked`` (int64), ``rank_median`` and ``rank_best`` (float64), each (memory, cell)."""
     shape = (len(memory), n_cells)
     if log.rankings is None or len(log.rankings) == 0:
-        return np.zeros(shape, dtype=np.int64), np.full(shape, np.nan)
+        return np.zeros(shape, dtype=np.int64), np.full(shape, np.nan), np.full(shape, np.nan)
     from cmp_bayes.log.validate import encode
 
     r = log.rankings
@@ -627,7 +630,11 @@ def _ranking_stats(
     pos = np.searchsorted(step_vals, rstep)
     key = rcode * n_cells + cell_of_step[pos]
     size = shape[0] * n_cells
+    best = np.full(size, np.inf)
+    np.minimum.at(best, key, rank.astype(np.float64))
+    best[np.isinf(best)] = np.nan
     return (
         np.bincount(key, minlength=size).astype(np.int64).reshape(shape),
         _grouped_median(key, rank, size).reshape(shape),
+        best.reshape(shape),
     )

@@ -84,6 +84,7 @@ def synthetic_stats(
             "control_outcome_sumsq": ("memory", s0),
             "ranked": ("memory", ranked_steps.astype(np.int64)),
             "rank_median": ("memory", np.where(ranked_steps > 0, rank, np.nan)),
+            "rank_best": ("memory", np.where(ranked_steps > 0, rank, np.nan)),
             "propensity": ("memory", np.where(in_pool, exposures / in_store, np.nan)),
             "in_pool": ("memory", in_pool),
         },

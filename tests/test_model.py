@@ -342,6 +342,33 @@ def test_config_validation(tmp_path) -> None:
     f.write_text('[model]\ngrid_sise = 61\n')
     with pytest.raises(ConfigError, match=r"fit\.toml.*grid_sise"):
         load_config(f)
+    with pytest.raises(ConfigError, match="rank_summary"):
+        ModelConfig(rank_summary="mean")
+    f.write_text('[model]\nrank_summary = "best"\n')
+    assert load_config(f).model.rank_summary == "best"
+
+
+def test_rank_summary_chooses_the_statistic_of_the_covariate() -> None:
+    from cmp_bayes.model.build import rank_covariates
+
+    # a: near the top for one question, deep for the others; b: mid-ranked for all; c: never ranked
+    stats = xr.Dataset(
+        {
+            "ranked": ("memory", np.array([3, 3, 0])),
+            "rank_median": ("memory", np.array([300.0, 40.0, np.nan])),
+            "rank_best": ("memory", np.array([1.0, 30.0, np.nan])),
+        },
+        coords={"memory": ["a", "b", "c"]},
+    )
+    for summary, a_first in (("median", False), ("best", True)):
+        x, names = rank_covariates(stats, summary)
+        assert names == ["log_rank", "never_ranked"]
+        v = np.log1p(stats[f"rank_{summary}"].values[:2])
+        np.testing.assert_allclose(x[:2, 0], (v - v.mean()) / v.std())
+        assert x[2, 0] == 0.0
+        assert (x[0, 0] < x[1, 0]) == a_first  # a lower rank is a smaller covariate
+    with pytest.raises(ConfigError, match="rank_best"):
+        rank_covariates(stats.drop_vars("rank_best"), "best")
 
 
 def test_numpyro_without_jax_is_a_config_error() -> None:

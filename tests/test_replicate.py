@@ -51,6 +51,35 @@ def _store(sid: str, n: int, queries: dict[str, list[int]], evidence: list[tuple
     return Store(sid, mem, q, ev)
 
 
+def test_locomo_best_rank_points_at_evidence_and_median_rank_away() -> None:
+    """What ``ModelConfig.rank_summary`` rests on, measured on the log the experiment writes.
+
+    conv-42 (260 questions over 629 turns): a turn's median BM25 rank over all
+    questions ranks evidence turns *below* the others (long turns rank late), its
+    best rank above them. Ranking-only AUCs measured with ``rank_store``: 0.349 and
+    0.674; with 180 required turns the AUC's sd is about 0.02, so 0.45 / 0.6 leave
+    four to five sd of room.
+    """
+    from cmp_bayes.statistics import exposure_stats
+
+    ds = load_locomo(need(LOCOMO), conversations=["conv-42"])
+    log, _ = build_log(ds, BM25Retriever(), ExperimentConfig(fit=False))
+    stats = exposure_stats(log)
+    required = stats["memory"].to_series().isin(set(ds.stores[0].evidence["memory_id"])).to_numpy()
+    assert required.sum() == 180
+    assert (stats["rank_best"] <= stats["rank_median"]).all()
+    assert _auc(-stats["rank_median"].values, required) < 0.45
+    assert _auc(-stats["rank_best"].values, required) > 0.6
+
+
+def _auc(score: np.ndarray, positive: np.ndarray) -> float:
+    from scipy.stats import rankdata
+
+    r = rankdata(score)
+    n1, n0 = positive.sum(), (~positive).sum()
+    return float((r[positive].sum() - n1 * (n1 + 1) / 2) / (n1 * n0))
+
+
 def test_positivity_counts_by_hand() -> None:
     # store A (8 memories), two queries; ranks listed per memory.
     #   qa requires m0 (rank 1) and m5 (rank 6); qb requires m5 (rank 3) and m7 (rank 7).

@@ -68,6 +68,7 @@ def naive_stats(log: ExposureLog, by: str | None) -> dict[tuple[str, str], dict[
                 ranks.setdefault((m, cell), []).append(ranking.index(m))
     for key, d in out.items():
         d["rank_median"] = float(np.median(ranks[key])) if key in ranks else np.nan
+        d["rank_best"] = float(min(ranks[key])) if key in ranks else np.nan
     return out
 
 

@@ -31,6 +31,7 @@ import pymc as pm
 import pytensor.tensor as pt
 import xarray as xr
 
+from cmp_bayes.errors import ConfigError
 from cmp_bayes.model.config import ModelConfig
 from cmp_bayes.model.grid import (
     TauGrid,
@@ -114,19 +115,26 @@ class ModelData:
         return self.pattern_logfeas
 
 
-def rank_covariates(stats: xr.Dataset) -> tuple[np.ndarray, list[str]]:
+def rank_covariates(stats: xr.Dataset, summary: str = "median") -> tuple[np.ndarray, list[str]]:
     """Retriever-rank covariates per memory, standardised, constant columns dropped.
 
-    ``log_rank``: log1p(median 0-based rank) over the steps whose ranking lists the
-    memory, standardised over ranked memories and 0 for never-ranked ones;
-    ``never_ranked``: 1 when no ranking lists the memory, centred.
+    ``log_rank``: log1p of the memory's median (``summary="median"``) or smallest
+    (``"best"``) 0-based rank over the steps whose ranking lists it, standardised
+    over ranked memories and 0 for never-ranked ones; ``never_ranked``: 1 when no
+    ranking lists the memory, centred.
 
     Returns
     -------
     (ndarray of shape (M, P), list of P names)
     """
+    var = {"median": "rank_median", "best": "rank_best"}[summary]
+    if var not in stats:
+        raise ConfigError(
+            f"model.rank_summary = {summary!r} needs the statistic {var!r}, which these "
+            "statistics lack (computed by an older cmp_bayes?); recompute them with exposure_stats"
+        )
     ranked = np.asarray(stats["ranked"].values) > 0
-    med = np.asarray(stats["rank_median"].values, dtype=np.float64)
+    med = np.asarray(stats[var].values, dtype=np.float64)
     cols, names = [], []
     if ranked.sum() >= 2:
         lr = np.log1p(np.where(ranked, med, 0.0))
@@ -155,7 +163,7 @@ def model_data(stats: xr.Dataset, config: ModelConfig, memory_group: np.ndarray 
     if config.effect_bound == "truncate":
         logfeas = log_feasibility(rep, grid, kind, config.baseline_nodes)
     if config.use_rank:
-        x, names = rank_covariates(stats)
+        x, names = rank_covariates(stats, config.rank_summary)
     else:
         x, names = np.zeros((stats.sizes["memory"], 0)), []
     if memory_group is not None and config.use_groups:

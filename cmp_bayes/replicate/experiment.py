@@ -88,6 +88,9 @@ class ExperimentConfig:
         Store randomization settings (:func:`store_randomization`).
     n_perturbations : int
         Random deletions per store.
+    rank_summary : {"median", "best"}
+        The model's rank covariate (``ModelConfig.rank_summary``): "best" for
+        stores asked many questions (LoCoMo).
     """
 
     slots: int = 10
@@ -104,6 +107,7 @@ class ExperimentConfig:
     delete_fraction: float = 0.1
     evict_fraction: float = 0.1
     n_perturbations: int = 20
+    rank_summary: str = "median"
 
     def __post_init__(self) -> None:
         if not (1 <= self.exposure_slots < self.slots):
@@ -417,7 +421,7 @@ class ExperimentResult:
         (:func:`paired_auc_difference`), all memories and identified only.
     scores : pandas.DataFrame
         One row per memory: ``memory_id``, ``required``, ``status``,
-        ``rank_median``, ``retrieved``, ``exposed`` and one score column per
+        ``rank_median``, ``rank_best``, ``retrieved``, ``exposed`` and one score column per
         memory-level method (NaN = no estimate). Not written to JSON (memory
         ids of licensed data); for diagnostics in Python.
     posterior : xarray.DataTree or None
@@ -556,10 +560,12 @@ def run_experiment(
     scores = {"hajek": tables["hajek"]}
     dt = None
     if config.fit:
+        from cmp_bayes.model.config import ModelConfig
         from cmp_bayes.model.fit import fit
 
         t0 = time.perf_counter()
-        dt = fit(log, draws=config.draws, tune=config.tune, chains=config.chains, seed=config.seed, progressbar=False)
+        model = ModelConfig(rank_summary=config.rank_summary)
+        dt = fit(log, model, draws=config.draws, tune=config.tune, chains=config.chains, seed=config.seed, progressbar=False)
         timings["fit"] = time.perf_counter() - t0
         rows.append(_auc_row("posterior mean tau", "memory", evaluate(log, dt, level="memory", n_boot=config.n_boot, seed=config.seed)))
         fit_health = _health(dt)
@@ -571,6 +577,7 @@ def run_experiment(
             "memory_id": stats["memory"].to_numpy().astype(str),
             "status": status.to_numpy(dtype=object),
             "rank_median": stats["rank_median"].to_numpy(),
+            "rank_best": stats["rank_best"].to_numpy(),
             "retrieved": stats["retrieved"].to_numpy(),
             "exposed": stats["exposed"].to_numpy(),
         }

@@ -738,13 +738,16 @@ def _named(names: pa.Array, idx: np.ndarray) -> pa.Array:
     return names.filter(pa.array(used))
 
 
-def _rank_stats(ranks: RankCounts | None, memory: pa.Array, cells: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """``ranked`` and ``rank_median`` (memory, cell) from counts per (memory, cell, rank)."""
+def _rank_stats(
+    ranks: RankCounts | None, memory: pa.Array, cells: pa.Array
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``ranked``, ``rank_median`` and ``rank_best`` (memory, cell) from counts per (memory, cell, rank)."""
     m, nc = len(memory), len(cells)
     ranked = np.zeros((m, nc), dtype=np.int64)
     median = np.full((m, nc), np.nan)
+    best = np.full((m, nc), np.nan)
     if ranks is None or len(ranks.mem_idx) == 0:
-        return ranked, median
+        return ranked, median, best
     mi = _remap(ranks.memory, memory, ranks.mem_idx)
     ci = _remap(ranks.cells, cells, ranks.cell_idx)
     keep = mi >= 0
@@ -763,8 +766,10 @@ def _rank_stats(ranks: RankCounts | None, memory: pa.Array, cells: pa.Array) -> 
     hi = v[np.searchsorted(cum, start + n // 2, side="right")]
     flat = median.reshape(-1)
     flat[has] = 0.5 * (lo + hi)
+    # sorted by (key, rank): a key's first run holds its smallest rank
+    best.reshape(-1)[has] = v[np.searchsorted(cum, start, side="right")]
     ranked.reshape(-1)[:] = total
-    return ranked, median
+    return ranked, median, best
 
 
 def fit_statistics(path: str | Path, scheduler: object | None = None) -> xr.Dataset:
