@@ -277,19 +277,24 @@ def _memory_units(log: ExposureLog, scores: pd.DataFrame) -> pd.DataFrame:
 
 
 def _pair_units(log: ExposureLog, scores: pd.DataFrame) -> pd.DataFrame:
-    if "query_id" in scores.columns:
-        units = scores.copy()
-    else:
-        from cmp_bayes.statistics import exposure_stats
+    # The units are the log's (memory, query) pairs with the memory in the store at
+    # some step of the query, whatever the result holds: a per-query posterior has a
+    # cell (NaN) for every pair of its grid, a per-query table one row per pair.
+    from cmp_bayes.statistics import exposure_stats
 
-        ds = exposure_stats(log, by="query")
-        mi, qi = np.nonzero(ds["in_store"].to_numpy() > 0)
-        units = pd.DataFrame(
-            {
-                "memory_id": ds["memory"].to_numpy()[mi].astype(str),
-                "query_id": ds["query"].to_numpy()[qi].astype(str),
-            }
-        )
+    ds = exposure_stats(log, by="query")
+    mi, qi = np.nonzero(ds["in_store"].to_numpy() > 0)
+    units = pd.DataFrame(
+        {
+            "memory_id": ds["memory"].to_numpy()[mi].astype(str),
+            "query_id": ds["query"].to_numpy()[qi].astype(str),
+        }
+    )
+    if "query_id" in scores.columns:
+        cols = ["memory_id", "query_id", *(c for c in ("score", "status") if c in scores.columns)]
+        table = scores.astype({"memory_id": str, "query_id": str})[cols]
+        units = units.merge(table.drop_duplicates(["memory_id", "query_id"]), how="left", on=["memory_id", "query_id"])
+    else:
         mem = scores.drop_duplicates("memory_id").set_index("memory_id")
         units["score"] = units["memory_id"].map(mem["score"]).to_numpy(np.float64)
         if "status" in mem.columns:

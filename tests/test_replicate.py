@@ -19,6 +19,7 @@ from cmp_bayes.datasets.base import (
     frame,
 )
 from cmp_bayes.datasets.hotpotqa import load_hotpotqa
+from cmp_bayes.errors import ConfigError
 from cmp_bayes.datasets.locomo import load_locomo
 from cmp_bayes.datasets.longmemeval import load_longmemeval
 from cmp_bayes.replicate.experiment import (
@@ -222,6 +223,26 @@ def test_run_experiment_without_fit(hotpot_log) -> None:
     out = json.loads(res.to_json())
     assert out["label"] == "semi-synthetic"
     assert "semi-synthetic" in res.to_text()
+
+
+def test_run_experiment_scores_the_per_query_posterior_by_pair(hotpot_log) -> None:
+    # the plumbing of --per-query-fit: a second (per-query) fit scored per (paragraph, question)
+    from dataclasses import replace
+
+    d, cfg, *_ = hotpot_log
+    cfg = replace(cfg, fit=True, per_query_fit=True, draws=40, tune=40, chains=1)
+    res = run_experiment(d, BM25Retriever(), cfg)
+    rows = res.auc.set_index("method")
+    pq = rows.loc["posterior mean tau per query"]
+    n_paragraphs = sum(len(s.memories) for s in d.stores)
+    # one question per store: one pair per paragraph, all scored
+    assert pq["level"] == "pair" and pq["n"] == n_paragraphs and pq["n_nan"] == 0
+    assert pq["n_required"] == rows.loc["hajek per query", "n_required"] > 0
+    assert 0 <= pq["auc"] <= 1
+    assert isinstance(res.fit_health["per_query"]["divergences"], int)
+    assert "fit_per_query" in res.timings
+    with pytest.raises(ConfigError, match="per_query_fit needs fit"):
+        ExperimentConfig(fit=False, per_query_fit=True)
 
 
 def test_cli_experiment_writes_a_readable_log(tmp_path, capsys) -> None:

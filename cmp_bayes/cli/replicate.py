@@ -51,6 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     e.add_argument("--rank-summary", choices=("median", "best"), default="median",
                    help="the model's rank covariate: a memory's median rank over the logged rankings "
                         "(default) or its best; 'best' suits stores asked many questions (LoCoMo)")
+    e.add_argument("--per-query-fit", action="store_true",
+                   help="also fit the per-query model and score its (memory, question) pairs")
     e.add_argument("--no-fit", action="store_true", help="skip the Bayesian model (estimators only)")
     e.add_argument("--log-out", type=Path, help="write the exposure log here (a directory)")
     e.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
@@ -128,6 +130,7 @@ def run(args: argparse.Namespace) -> int:
             tune=args.tune,
             chains=args.chains,
             rank_summary=args.rank_summary,
+            per_query_fit=args.per_query_fit,
         )
         result = run_experiment(dataset, retriever, config, log_out=args.log_out)
         text_out, json_out = result.to_text(), result.to_json()

@@ -91,6 +91,9 @@ class ExperimentConfig:
     rank_summary : {"median", "best"}
         The model's rank covariate (``ModelConfig.rank_summary``): "best" for
         stores asked many questions (LoCoMo).
+    per_query_fit : bool
+        Also fit the per-query variant (``fit(log, by="query")``) and score its
+        posterior mean of tau per (memory, question) pair (needs ``fit``).
     """
 
     slots: int = 10
@@ -108,12 +111,15 @@ class ExperimentConfig:
     evict_fraction: float = 0.1
     n_perturbations: int = 20
     rank_summary: str = "median"
+    per_query_fit: bool = False
 
     def __post_init__(self) -> None:
         if not (1 <= self.exposure_slots < self.slots):
             raise ConfigError(f"need 1 <= exposure_slots < slots, got k={self.exposure_slots}, B={self.slots}")
         if not self.exposures_per_memory > 0:
             raise ConfigError("exposures_per_memory must be > 0")
+        if self.per_query_fit and not self.fit:
+            raise ConfigError("per_query_fit needs fit (the per-query model is a second fit)")
 
     @property
     def reader(self) -> ReaderModel:
@@ -569,6 +575,15 @@ def run_experiment(
         timings["fit"] = time.perf_counter() - t0
         rows.append(_auc_row("posterior mean tau", "memory", evaluate(log, dt, level="memory", n_boot=config.n_boot, seed=config.seed)))
         fit_health = _health(dt)
+        if config.per_query_fit:
+            t0 = time.perf_counter()
+            dq = fit(log, model, by="query", draws=config.draws, tune=config.tune, chains=config.chains,
+                     seed=config.seed, progressbar=False)
+            timings["fit_per_query"] = time.perf_counter() - t0
+            ev = evaluate(log, dq, level="pair", n_boot=config.n_boot, seed=config.seed)
+            rows.append(_auc_row("posterior mean tau per query", "pair", ev))
+            fit_health["per_query"] = _health(dq)
+            del dq
         post = dt["posterior"]["tau"].mean(("chain", "draw"))
         scores["posterior"] = pd.DataFrame({"memory_id": post["memory"].to_numpy().astype(str), "estimate": post.to_numpy()})
     auc = pd.DataFrame(rows)
