@@ -171,6 +171,15 @@ def print_tables() -> None:
                 f"paired AUC {x['method']} - {x['baseline']} ({x['subset']}, n={x['n']}, {x['n_required']} required): "
                 f"{f(x['diff'])} [{f(x['ci_low'])}, {f(x['ci_high'])}], P(<= 0) = {f(x['p_le_0'])}"
             )
+        prov = d.get("provenance")
+        if prov:
+            dirty = " (uncommitted changes!)" if prov["git_dirty"] else ""
+            print(
+                f"run at {prov['git_commit'][:7]}{dirty}, {prov['started_utc']} - {prov['finished_utc']}; "
+                f"timings {', '.join(f'{k} {v:.0f} s' for k, v in d['timings_s'].items())}"
+            )
+        else:
+            print("no provenance recorded (run before the script recorded it)")
         lifts = ", ".join(f"{k} {v:.3f}" for k, v in rz["lift_by_rule"].items())
         print(
             f"store randomization: unchanged {100 * rz['unchanged_share']:.1f}% of {rz['perturbations']}; lift {lifts}"
