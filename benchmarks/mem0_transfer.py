@@ -275,11 +275,14 @@ def compare(log_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
         evaluate(log, estimate(log, by="query", method="hajek"), level="pair", n_boot=args.n_boot, seed=args.seed))
     out["estimate_seconds"] = time.perf_counter() - t0
     if args.fit:
+        from cmp_bayes.model.config import ModelConfig
         from cmp_bayes.model.fit import fit
 
         t0 = time.perf_counter()
-        dt = fit(log, draws=args.draws, tune=args.tune, chains=args.chains, seed=args.seed, progressbar=False)
+        model = ModelConfig(rank_summary=args.rank_summary)
+        dt = fit(log, model, draws=args.draws, tune=args.tune, chains=args.chains, seed=args.seed, progressbar=False)
         out["fit_seconds"] = time.perf_counter() - t0
+        out["rank_summary"] = args.rank_summary
         row("posterior mean tau", "memory", evaluate(log, dt, level="memory", n_boot=args.n_boot, seed=args.seed))
         ss = dt["sample_stats"]
         out["fit_divergences"] = int(ss["diverging"].sum()) if "diverging" in ss else None
@@ -309,6 +312,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--draws", type=int, default=500)
     p.add_argument("--tune", type=int, default=500)
     p.add_argument("--chains", type=int, default=2)
+    p.add_argument("--rank-summary", choices=("median", "best"), default="median",
+                   help="the model's rank covariate (ModelConfig.rank_summary)")
     p.add_argument("--work", type=Path, default=None, help="folder for the store and log (default: a temp dir, removed)")
     p.add_argument("--json", type=Path, default=None, help="write the results here (aggregates only)")
     p.add_argument("--compare-only", action="store_true", help="only step 4, on the log under --work")
