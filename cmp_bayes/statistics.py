@@ -5,7 +5,7 @@ aggregates instead of the log, so the cost of a fit grows with the log once
 (here) and afterwards only with the number of memories.
 
 Cost: one pass of ``numpy.bincount`` per arm over the context rows, keyed by
-the dictionary codes of the memory ids (:func:`cmp_bayes.log.validate.encode`:
+the dictionary codes of the memory ids (:func:`cmp_bayes.log.codes.encode`:
 the codes the reader produced, so no id is hashed twice) and mapped to the
 sorted memory index once per distinct id; each row's outcome is one gather
 (a ``repeat`` over the steps when the contexts are in step order). In-store
@@ -59,7 +59,7 @@ _NEVER = np.iinfo(np.int64).max  # deleted_step of a memory never deleted
 
 def arrow_strings(values: pd.Series | pd.Index | np.ndarray | list) -> pa.Array:
     """A column of string ids as one pyarrow large_string array (no copy for pyarrow-backed columns)."""
-    from cmp_bayes.log.validate import arrow_column
+    from cmp_bayes.log.codes import arrow_column
 
     if isinstance(values, pd.Index | np.ndarray | list):
         values = pd.Series(np.asarray(values, dtype=object), dtype="string")
@@ -116,7 +116,7 @@ def _memory_index(log: ExposureLog, context_ids: pa.Array) -> pa.Array | None:
         return None if ids.null_count else sorted_unique(ids)
     parts = [context_ids]
     if log.rankings is not None:
-        from cmp_bayes.log.validate import encode
+        from cmp_bayes.log.codes import encode
 
         r = encode(log.rankings["memory_id"])
         if r.has_null():
@@ -133,7 +133,7 @@ def _memory_index(log: ExposureLog, context_ids: pa.Array) -> pa.Array | None:
 
 def _cells(log: ExposureLog, by: By) -> tuple[pd.Index | None, np.ndarray]:
     """The cell index (queries or groups; None without ``by``) and each step's cell code."""
-    from cmp_bayes.log.validate import encode
+    from cmp_bayes.log.codes import encode
 
     steps = log.steps
     if by is None:
@@ -248,7 +248,7 @@ def row_outcomes(
 
 
 def source_arm(source) -> np.ndarray:
-    """Each row's arm from its source codes (:class:`cmp_bayes.log.validate.Codes`):
+    """Each row's arm from its source codes (:class:`cmp_bayes.log.codes.Codes`):
     0 retriever, 1 exposure, 2 anything else (counted in no arm), int8."""
     table = np.full(len(source.dictionary), 2, dtype=np.int8)
     for arm, name in enumerate((RETRIEVER, EXPOSURE)):
@@ -413,7 +413,7 @@ def exposure_stats(
         from cmp_bayes.log.read import read_log
 
         log = read_log(log)
-    from cmp_bayes.log.validate import encode
+    from cmp_bayes.log.codes import encode
 
     steps = log.steps
     step_vals = steps["step"].to_numpy(np.int64)
@@ -612,7 +612,7 @@ def _ranking_stats(
     shape = (len(memory), n_cells)
     if log.rankings is None or len(log.rankings) == 0:
         return np.zeros(shape, dtype=np.int64), np.full(shape, np.nan), np.full(shape, np.nan)
-    from cmp_bayes.log.validate import encode
+    from cmp_bayes.log.codes import encode
 
     r = log.rankings
     codes = encode(r["memory_id"])

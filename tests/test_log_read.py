@@ -707,7 +707,7 @@ def test_parquet_string_encodings_read_alike(tmp_path):
 
 def test_dictionary_codes_merge_row_groups():
     # two row groups' dictionaries (one listing a value twice) merge into one code per value
-    from cmp_bayes.log.validate import from_dictionary
+    from cmp_bayes.log.codes import from_dictionary
 
     d1 = pa.DictionaryArray.from_arrays(pa.array([0, 1, None, 2], pa.int32()), pa.array(["a", "b", "a"]))
     d2 = pa.DictionaryArray.from_arrays(pa.array([1, 0, 0], pa.int32()), pa.array(["c", "b"]))

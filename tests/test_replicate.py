@@ -19,9 +19,9 @@ from cmp_bayes.datasets.base import (
     frame,
 )
 from cmp_bayes.datasets.hotpotqa import load_hotpotqa
-from cmp_bayes.errors import ConfigError
 from cmp_bayes.datasets.locomo import load_locomo
 from cmp_bayes.datasets.longmemeval import load_longmemeval
+from cmp_bayes.errors import ConfigError
 from cmp_bayes.replicate.experiment import (
     ExperimentConfig,
     build_log,

@@ -10,7 +10,7 @@ Cost: the columns go from Arrow to pandas without a pass in Python and with
 one copy at most; ``memory_id`` and ``source`` are read as dictionary codes
 straight from the Parquet dictionary pages, which the checks use (and
 :func:`cmp_bayes.statistics.exposure_stats` after them, see
-:func:`cmp_bayes.log.validate.encode`) instead of hashing the strings. The
+:func:`cmp_bayes.log.codes.encode`) instead of hashing the strings. The
 contexts are converted one part file at a time into preallocated columns, so
 the peak memory is the DataFrame plus one part; part files with mixed schemas
 or rows out of step order take the whole-table path (same frame, same errors).
@@ -29,6 +29,7 @@ import pyarrow.types as pat
 
 from cmp_bayes.errors import LogError
 from cmp_bayes.log import validate
+from cmp_bayes.log.codes import Codes, encode, from_dictionary, remember
 from cmp_bayes.log.read import (
     _parquet_source,
     _read_design,
@@ -121,14 +122,14 @@ def float64_values(col: pa.ChunkedArray) -> np.ndarray:
     return _numbers(col, np.float64)[0]
 
 
-def string_values(col: pa.ChunkedArray | None, n: int) -> tuple[pd.api.extensions.ExtensionArray, validate.Codes | None]:
+def string_values(col: pa.ChunkedArray | None, n: int) -> tuple[pd.api.extensions.ExtensionArray, Codes | None]:
     """A string column as the schema's ``"string"`` dtype (pyarrow-backed, no copy of the
     characters where the column already holds strings) and, for a dictionary column, its codes."""
     codes = None
     if col is None or pat.is_null(col.type):
         col = pa.chunked_array([pa.nulls(n, pa.large_string())])
     elif pat.is_dictionary(col.type) and _is_text(col.type.value_type):
-        col, codes = validate.from_dictionary(col)
+        col, codes = from_dictionary(col)
     elif not pat.is_large_string(col.type):
         col = col.cast(pa.large_string())
     if col.num_chunks == 0:
@@ -184,7 +185,7 @@ def steps_frame(table: pa.Table) -> pd.DataFrame:
 
 def contexts_frame(
     cols: dict[str, pa.ChunkedArray], step: np.ndarray, runs: validate.StepRuns, strings: bool = True
-) -> tuple[pd.DataFrame, validate.Codes | None, validate.Codes | None]:
+) -> tuple[pd.DataFrame, Codes | None, Codes | None]:
     """The contexts DataFrame (``CONTEXT_COLUMNS``) of a checked contexts table.
 
     Parameters
@@ -227,15 +228,15 @@ def contexts_frame(
     if strings:
         for name, codes in (("memory_id", mcodes), ("source", scodes)):
             if codes is not None:
-                validate.remember(frame[name], codes)
+                remember(frame[name], codes)
     return frame, mcodes, scodes
 
 
-def column_codes(col: pa.ChunkedArray, n: int) -> validate.Codes:
+def column_codes(col: pa.ChunkedArray, n: int) -> Codes:
     """The dictionary codes of a string column (from its Parquet dictionary when read as one)."""
     if pat.is_dictionary(col.type) and _is_text(col.type.value_type):
-        return validate.from_dictionary(col, values=False)[1]
-    return validate.encode(col if not pat.is_null(col.type) else pa.nulls(n, pa.large_string()))
+        return from_dictionary(col, values=False)[1]
+    return encode(col if not pat.is_null(col.type) else pa.nulls(n, pa.large_string()))
 
 
 def table_columns(table: pa.Table, names: tuple[str, ...]) -> dict[str, pa.ChunkedArray]:
@@ -293,7 +294,7 @@ def read_parquet_log(root: Path) -> ExposureLog:
     return ExposureLog(steps, contexts, rankings, memories, design, labels, source=root)
 
 
-_Built = tuple[pd.DataFrame, validate.Codes | None, validate.Codes | None, validate.StepRuns, validate.Rows]
+_Built = tuple[pd.DataFrame, Codes | None, Codes | None, validate.StepRuns, validate.Rows]
 
 
 def _contexts_whole(files: list[Path]) -> _Built:
@@ -409,7 +410,7 @@ def _contexts_by_part(files: list[Path]) -> _Built | None:
     for name in ("memory_id", "source"):
         d = dicts[name].values
         c = codes[name] if len(d) >= 127 else codes[name].astype(np.int8)
-        out[name] = validate.Codes(c, d)
+        out[name] = Codes(c, d)
     frame = pd.DataFrame(
         {
             "step": step,
@@ -422,7 +423,7 @@ def _contexts_by_part(files: list[Path]) -> _Built | None:
         copy=False,
     )
     for name in ("memory_id", "source"):
-        validate.remember(frame[name], out[name])
+        remember(frame[name], out[name])
     return frame, out["memory_id"], out["source"], runs, validate.Rows.parts(files, counts)
 
 
@@ -449,7 +450,7 @@ def _plain_contexts_schema(schema: pa.Schema) -> bool:
 def _check_ranking_repeats(rankings: pd.DataFrame, steps_np: np.ndarray, rows: validate.Rows) -> None:
     """A memory listed twice in one step's ranking names that step's row."""
     rstep = rankings["step"].to_numpy()
-    if not validate.StepRuns.of(rstep).any_repeat(validate.encode(rankings["memory_id"]).indices):
+    if not validate.StepRuns.of(rstep).any_repeat(encode(rankings["memory_id"]).indices):
         return
     dup = rankings.duplicated(["step", "memory_id"])
     st = rankings.loc[dup, "step"].iloc[0]

@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 
 from cmp_bayes.errors import LogError
 from cmp_bayes.log import validate
+from cmp_bayes.log.codes import encode
 from cmp_bayes.log.schema import (
     CONTEXT_COLUMNS,
     LABEL_COLUMNS,
@@ -386,9 +387,9 @@ def _check_memories(log: ExposureLog) -> None:
     if log.memories is None or log.contexts.empty:
         return
     ctx = log.contexts
-    codes = validate.encode(ctx["memory_id"])
+    codes = encode(ctx["memory_id"])
     # each distinct context id's row in the memories table (-1: not there), then per context row
-    ids = validate.encode(log.memories["memory_id"])
+    ids = encode(log.memories["memory_id"])
     entry = pc.index_in(codes.dictionary, value_set=ids.dictionary).fill_null(-1).to_numpy(zero_copy_only=False)
     first = np.full(len(ids.dictionary) + 1, -1, dtype=np.int64)
     first[ids.indices] = np.arange(len(ids.indices))  # the memories row of each id (unique in a valid file)
@@ -456,7 +457,7 @@ def read_parquet_table(
 
     Columns named in ``dictionary`` that are strings in a file are read as
     dictionary<string> straight from the Parquet dictionary pages (no string
-    is decoded twice; see :func:`cmp_bayes.log.validate.from_dictionary`).
+    is decoded twice; see :func:`cmp_bayes.log.codes.from_dictionary`).
     """
     tables = []
     for f in files:

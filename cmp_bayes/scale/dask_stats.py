@@ -75,6 +75,7 @@ import xarray as xr
 
 from cmp_bayes.errors import ConfigError, LogError
 from cmp_bayes.log import validate
+from cmp_bayes.log.codes import Codes, encode
 from cmp_bayes.log.parquet import (
     CONTEXT_SPEC,
     STEP_SPEC,
@@ -212,7 +213,7 @@ def _cell_codes(table: pa.Table, by: By) -> tuple[pa.Array, np.ndarray]:
     n = table.num_rows
     if by is None or (by == "group" and "group" not in table.column_names):
         return (_BLANK if n else _EMPTY), np.zeros(n, dtype=np.int64)
-    codes = validate.encode(table["query_id" if by == "query" else "group"])
+    codes = encode(table["query_id" if by == "query" else "group"])
     # a null query id is an error the steps part reports; meanwhile it is the cell ""
     if codes.has_null():
         names = sorted_unique(codes.dictionary, _BLANK)
@@ -300,7 +301,7 @@ def _steps_partial(index: int, file: str, by: By, life: Lifetimes | None) -> Ste
     if life is not None and nc:
         out.store = np.stack(in_store_sums(sv, y, cell, nc, life.created, life.deleted)).astype(np.float64)
     if by == "query" and n:
-        q = validate.encode(table["query_id"])
+        q = encode(table["query_id"])
         _, first = np.unique(q.indices, return_index=True)  # first row of each query in this part
         out.query_names = q.dictionary.take(pa.array(q.indices[first]))
         out.query_first = sv[first]
@@ -320,7 +321,7 @@ def _rank_counts(table: pa.Table, cells: pa.Array, cell: np.ndarray, rows: valid
     if long.empty:
         return None
     row = long["step"].to_numpy(np.int64)
-    codes = validate.encode(long["memory_id"])
+    codes = encode(long["memory_id"])
     if validate.StepRuns.of(row).any_repeat(codes.indices):
         dup = long.duplicated(["step", "memory_id"]).to_numpy()
         file, r = rows.where(int(row[np.argmax(dup)]))
@@ -328,7 +329,7 @@ def _rank_counts(table: pa.Table, cells: pa.Array, cell: np.ndarray, rows: valid
     rank = long["rank"].to_numpy(np.int64)
     listed = codes.indices >= 0  # a null in a ranking names no memory (as in the pandas engine)
     if not listed.all():
-        row, rank, codes = row[listed], rank[listed], validate.Codes(codes.indices[listed], codes.dictionary)
+        row, rank, codes = row[listed], rank[listed], Codes(codes.indices[listed], codes.dictionary)
         if len(row) == 0:
             return None
     nc, width = max(len(cells), 1), int(rank.max()) + 1
@@ -508,8 +509,8 @@ def _check_lifetimes(
     frame: pd.DataFrame,
     rows: validate.Rows,
     life: Lifetimes,
-    mem: validate.Codes,
-    src: validate.Codes,
+    mem: Codes,
+    src: Codes,
     step: np.ndarray,
 ) -> np.ndarray:
     """Reject memories absent from the memories file or outside their lifetime; return ``stored``."""
