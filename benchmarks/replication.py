@@ -42,6 +42,7 @@ JOBS: dict[str, str] = {
     "exp_longmemeval60_gain02_bm25": "experiment --dataset longmemeval --limit 60 --draws 500 --tune 500 --reader-gain 0.2 --data {data}/longmemeval/longmemeval_s_cleaned.jsonl.xz",
     "exp_locomo_conv42_bm25": "experiment --dataset locomo --conversations conv-42 --draws 300 --tune 300 --data {data}/locomo/locomo10.json",
     "exp_locomo_conv42_best_bm25": "experiment --dataset locomo --conversations conv-42 --draws 300 --tune 300 --rank-summary best --data {data}/locomo/locomo10.json",
+    "exp_locomo_conv42_perquery_bm25": "experiment --dataset locomo --conversations conv-42 --draws 300 --tune 300 --per-query-fit --data {data}/locomo/locomo10.json",
     "exp_locomo_bm25": "experiment --dataset locomo --draws 300 --tune 300 --data {data}/locomo/locomo10.json",
     "exp_locomo_best_bm25": "experiment --dataset locomo --draws 300 --tune 300 --rank-summary best --data {data}/locomo/locomo10.json",
     "exp_hotpotqa_bm25": "experiment --dataset hotpotqa --slots 4 --exposure-slots 1 --draws 300 --tune 300 --data {data}/hotpotqa/hotpot_dev_distractor_sample200.jsonl",
