@@ -97,6 +97,41 @@ def test_posterior_tree_is_scored_by_mean(small) -> None:
     assert r["auc"] == pytest.approx(1.0) and r["method"] == "posterior-mean" and r["n_nan"] == 0
 
 
+def test_per_query_posterior_is_scored_over_in_store_pairs_with_pair_status(small) -> None:
+    # A per-query posterior has a cell for every memory x query of its grid; the units are
+    # the log's in-store pairs only, and a pair's status is its own (exposed under that
+    # query or not), as for a per-query table, not the memory's status repeated.
+    from cmp_bayes.diagnostics.positivity import identification_status
+    from cmp_bayes.statistics import exposure_stats
+
+    log, truth = small
+    mem = log.memory_ids()
+    ds = exposure_stats(log, by="query")
+    queries = [*ds["query"].values.astype(str), "q-never-asked"]
+    rng = np.random.default_rng(0)
+    tau = truth.memories.set_index("memory_id")["tau"].reindex(mem).to_numpy()
+    draws = tau[None, None, :, None] + rng.normal(0, 0.01, (2, 50, len(mem), len(queries)))
+    draws[..., -1] = np.nan  # what the fit writes where the memory is never in the store
+    tree = xr.DataTree.from_dict(
+        {
+            "posterior": xr.Dataset(
+                {"tau": (("chain", "draw", "memory", "query"), draws)},
+                coords={"memory": mem, "query": queries},
+            ),
+            "identification": xr.Dataset(
+                {"status": ("memory", np.full(len(mem), "identified", dtype=object))}, coords={"memory": mem}
+            ),
+        }
+    )
+    r = evaluate(log, tree, level="pair", n_boot=50)
+    in_store = ds["in_store"].to_numpy() > 0
+    assert r["n"] == int(in_store.sum()) and r["n_nan"] == 0
+    want = pd.Series(identification_status(ds).to_numpy()[in_store]).value_counts()
+    got = pd.Series({k: v["n"] for k, v in r["by_status"].items()})
+    pd.testing.assert_series_equal(got.sort_index(), want.sort_index(), check_names=False)
+    assert len(want) > 1  # the memory-level status ("identified" everywhere) was not kept
+
+
 def test_evaluate_cli(small, tmp_path, capsys) -> None:
     from cmp_bayes.log.write import write_log
 
