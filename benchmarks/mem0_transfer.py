@@ -60,7 +60,8 @@ from cmp_bayes.datasets.locomo import load_locomo  # noqa: E402
 from cmp_bayes.replicate.positivity import positivity_table  # noqa: E402
 from cmp_bayes.replicate.reader import ReaderModel  # noqa: E402
 
-DATA = Path("/work/shared/data/locomo/locomo10.json")
+#: shared/data beside the clone, as in the tests and benchmarks/replication.py
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo10.json"
 LABEL = "semi-synthetic"
 
 
@@ -301,7 +302,7 @@ def compare(log_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--data", type=Path, default=DATA)
+    p.add_argument("--data", type=Path, default=DATA, help="locomo10.json (default: ../shared/data beside the clone)")
     p.add_argument("--conversations", nargs="*", default=None)
     p.add_argument("--slots", type=int, default=10)
     p.add_argument("--exposure-slots", type=int, default=2)
