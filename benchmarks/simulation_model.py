@@ -26,7 +26,14 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 
-def one_seed(queries: int, seed: int, draws: int, pool_share: float | None, effect_bound: str = "truncate") -> dict:
+def one_seed(
+    queries: int | None, seed: int, draws: int, pool_share: float | None, effect_bound: str = "truncate",
+    preset: str = "longmemeval-like", **model: object,
+) -> dict:
+    """One simulated log of ``preset``, fitted; ``model`` overrides further ModelConfig fields.
+
+    ``queries=None`` keeps the preset's number of queries.
+    """
     import arviz_stats as azs
     from _model_fixtures import auc
 
@@ -37,12 +44,12 @@ def one_seed(queries: int, seed: int, draws: int, pool_share: float | None, effe
     from cmp_bayes.simulate.simulator import SimulationConfig, simulate
     from cmp_bayes.simulate.truth import memory_truth
 
-    over = {"queries": queries}
+    over = {} if queries is None else {"queries": queries}
     if pool_share is not None:
         over["pool_share"] = pool_share
-    log = simulate(SimulationConfig.preset("longmemeval-like", **over), seed=seed)
+    log = simulate(SimulationConfig.preset(preset, **over), seed=seed)
     t0 = time.perf_counter()
-    config = ModelConfig(effect_bound=effect_bound)
+    config = ModelConfig(effect_bound=effect_bound, **model)
     tree = fit(log, config=config, draws=draws, tune=draws, chains=2, seed=seed, progressbar=False)
     secs = time.perf_counter() - t0
     post = tree["posterior"]
