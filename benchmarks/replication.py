@@ -39,6 +39,7 @@ JOBS: dict[str, str] = {
     "exp_longmemeval30_bm25": "experiment --dataset longmemeval --limit 30 --draws 300 --tune 300 --data {data}/longmemeval/longmemeval_s_cleaned.jsonl.xz",
     # 60 questions stratified over the six question types (the loader's default sample), 500/500 draws
     "exp_longmemeval60_bm25": "experiment --dataset longmemeval --limit 60 --draws 500 --tune 500 --data {data}/longmemeval/longmemeval_s_cleaned.jsonl.xz",
+    "exp_longmemeval60_long_bm25": "experiment --dataset longmemeval --limit 60 --draws 1000 --tune 1000 --data {data}/longmemeval/longmemeval_s_cleaned.jsonl.xz",
     "exp_longmemeval60_gain02_bm25": "experiment --dataset longmemeval --limit 60 --draws 500 --tune 500 --reader-gain 0.2 --data {data}/longmemeval/longmemeval_s_cleaned.jsonl.xz",
     "exp_locomo_conv42_bm25": "experiment --dataset locomo --conversations conv-42 --draws 300 --tune 300 --data {data}/locomo/locomo10.json",
     "exp_locomo_conv42_best_bm25": "experiment --dataset locomo --conversations conv-42 --draws 300 --tune 300 --rank-summary best --data {data}/locomo/locomo10.json",
