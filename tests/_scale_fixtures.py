@@ -1,4 +1,4 @@
-"""Small partitioned Parquet logs for the scale tests (no session fixtures here)."""
+"""Small partitioned Parquet logs and cell edits for the reader and scale tests (no session fixtures here)."""
 
 from __future__ import annotations
 
@@ -63,6 +63,15 @@ def split_parquet(src: Path, dst: Path, n_parts: int, aligned: bool = True) -> P
             cpart = ctx.slice(cb[i], cb[i + 1] - cb[i])
         pq.write_table(cpart, dst / "contexts" / f"part-{i:03d}.parquet")
     return dst
+
+
+def rewrite_cell(file: Path, column: str, row: int, value: object) -> None:
+    """Set one cell of a Parquet file in place (the column keeps its type)."""
+    t = pq.read_table(file)
+    vals = t[column].to_pylist()
+    vals[row] = value
+    i = t.column_names.index(column)
+    pq.write_table(t.set_column(i, column, pa.array(vals, t.schema.field(column).type)), file)
 
 
 def partitioned_log(tmp: Path, seed: int = 0, n_parts: int = 4, aligned: bool = True, **kw) -> Path:

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+from _scale_fixtures import rewrite_cell, split_parquet
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -610,23 +611,7 @@ def test_reader_never_touches_input_even_when_it_warns(tmp_path):
 def _parts_log(root: Path) -> Path:
     log = read_log(make_log_dir(root.parent / (root.name + "_src")))
     single = write_log(log, root.parent / (root.name + "_single"), format="parquet")
-    root.mkdir()
-    (root / "design.json").write_bytes((single / "design.json").read_bytes())
-    for name in ("steps", "contexts"):
-        t = pq.read_table(single / f"{name}.parquet")
-        (root / name).mkdir()
-        half = t.num_rows // 2
-        pq.write_table(t.slice(0, half), root / name / "part-000.parquet")
-        pq.write_table(t.slice(half), root / name / "part-001.parquet")
-    return root
-
-
-def _edit(file: Path, column: str, row: int, value: object) -> None:
-    t = pq.read_table(file)
-    vals = t[column].to_pylist()
-    vals[row] = value
-    i = t.column_names.index(column)
-    pq.write_table(t.set_column(i, column, pa.array(vals, t.schema.field(column).type)), file)
+    return split_parquet(single, root, 2, aligned=False)
 
 
 def _design(root: Path, **changes) -> None:
@@ -670,7 +655,7 @@ def test_parquet_parts_reject_each_variant(tmp_path, engine, edits, design, expe
         pytest.importorskip("dask")
     root = _parts_log(tmp_path / "log")
     for table, part, column, row, value in edits:
-        _edit(root / table / f"part-{part:03d}.parquet", column, row, value)
+        rewrite_cell(root / table / f"part-{part:03d}.parquet", column, row, value)
     if design == "delete":
         (root / "design.json").unlink()
     elif design is not None:

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import xarray as xr
-from _scale_fixtures import partitioned_log, split_parquet
+from _scale_fixtures import partitioned_log, rewrite_cell, split_parquet
 
 from cmp_bayes.errors import ConfigError, LogError
 from cmp_bayes.log.read import log_checksum, read_log
@@ -106,14 +106,6 @@ def _copy(src: Path, dst: Path) -> Path:
     return dst
 
 
-def _rewrite(file: Path, column: str, row: int, value: object) -> None:
-    t = pq.read_table(file)
-    vals = t[column].to_pylist()
-    vals[row] = value
-    i = t.column_names.index(column)
-    pq.write_table(t.set_column(i, column, pa.array(vals, t.schema.field(column).type)), file)
-
-
 @pytest.mark.parametrize(
     ("table", "column", "row", "value", "field", "words"),
     [
@@ -129,7 +121,7 @@ def test_errors_name_part_and_row(logs, tmp_path, table, column, row, value, fie
     if row is None:  # the first exposure slot of the part
         src = pq.read_table(file)["source"].to_pylist()
         row = src.index("exposure")
-    _rewrite(file, column, row, value)
+    rewrite_cell(file, column, row, value)
     with pytest.raises(LogError) as err:
         exposure_stats(path, engine="dask")
     e = err.value
@@ -218,15 +210,15 @@ def test_first_part_error_whatever_runs_first(logs, tmp_path):
     # two broken contexts parts: the error reported is the first part file's, with any
     # scheduler (the map tasks return their errors; the reduce keeps the first)
     path = _copy(logs[(True, 0.0)], tmp_path / "two")
-    _rewrite(path / "contexts" / "part-003.parquet", "source", 0, "oracle")
-    _rewrite(path / "contexts" / "part-001.parquet", "rank", 0, -5)
+    rewrite_cell(path / "contexts" / "part-003.parquet", "source", 0, "oracle")
+    rewrite_cell(path / "contexts" / "part-001.parquet", "rank", 0, -5)
     for scheduler in ("synchronous", "threads", "synchronous"):
         with pytest.raises(LogError) as err:
             exposure_stats(path, engine="dask", scheduler=scheduler)
         assert Path(err.value.file).name == "part-001.parquet" and err.value.row == 0
         assert "rank" in err.value.field
     # a broken steps part wins over broken contexts parts, as in the pandas reader
-    _rewrite(path / "steps" / "part-002.parquet", "outcome", 1, -1.0)
+    rewrite_cell(path / "steps" / "part-002.parquet", "outcome", 1, -1.0)
     with pytest.raises(LogError) as err:
         exposure_stats(path, engine="dask")
     assert Path(err.value.file).parent.name == "steps" and err.value.row == 1

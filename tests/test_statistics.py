@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from _scale_fixtures import split_parquet
 from _stats_fixtures import random_log
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -162,7 +163,6 @@ def test_read_parquet_parts_gives_the_same_statistics(tmp_path, seed, rankings):
     # the reader's dictionary codes (one dictionary per part file, merged) must give
     # exactly the statistics of the same log held in memory (codes from the strings);
     # lifetimes are covered by the scale tests (random_log's contexts ignore them)
-    import pyarrow.parquet as pq
     import xarray as xr
 
     from cmp_bayes.log.read import read_log
@@ -172,18 +172,7 @@ def test_read_parquet_parts_gives_the_same_statistics(tmp_path, seed, rankings):
     pool = (log.design or {}).get("pool", {})
     log.design = {"slots": 6, "exposure_slots": 6, "assignment": "balanced", "steps": 30, "pool": pool}
     single = write_log(log, tmp_path / "single", format="parquet")
-    root = tmp_path / "parts"
-    root.mkdir()
-    for name in ("design.json", "memories.parquet"):
-        if (single / name).exists():
-            (root / name).write_bytes((single / name).read_bytes())
-    for name in ("steps", "contexts"):
-        t = pq.read_table(single / f"{name}.parquet")
-        (root / name).mkdir()
-        cut = t.num_rows // 2
-        pq.write_table(t.slice(0, cut), root / name / "part-0.parquet")
-        pq.write_table(t.slice(cut), root / name / "part-1.parquet")
-    back = read_log(root)
+    back = read_log(split_parquet(single, tmp_path / "parts", 2, aligned=False))
     for by in (None, "query", "group"):
         xr.testing.assert_identical(_without_checksum(exposure_stats(back, by=by)), exposure_stats(log, by=by))
 
