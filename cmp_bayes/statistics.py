@@ -320,19 +320,20 @@ def is_binary(outcome: np.ndarray) -> bool:
     return bool(np.all((outcome == 0.0) | (outcome == 1.0)))
 
 
-def _grouped_median(key: np.ndarray, value: np.ndarray, size: int) -> np.ndarray:
-    """Median of ``value`` within each ``key`` in [0, size); NaN for empty keys."""
-    out = np.full(size, np.nan)
+def _grouped_median_min(key: np.ndarray, value: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Median and minimum of ``value`` within each ``key`` in [0, size); NaN for empty keys."""
+    med, low = np.full(size, np.nan), np.full(size, np.nan)
     if len(key) == 0:
-        return out
+        return med, low
     order = np.lexsort((value, key))
     k, v = key[order], value[order].astype(np.float64)
     counts = np.bincount(k, minlength=size)
     starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
     has = counts > 0
     s, n = starts[has], counts[has]
-    out[has] = 0.5 * (v[s + (n - 1) // 2] + v[s + n // 2])
-    return out
+    med[has] = 0.5 * (v[s + (n - 1) // 2] + v[s + n // 2])
+    low[has] = v[s]  # sorted by value within each key
+    return med, low
 
 
 # --------------------------------------------------------------------------- the statistics
@@ -630,11 +631,9 @@ def _ranking_stats(
     pos = np.searchsorted(step_vals, rstep)
     key = rcode * n_cells + cell_of_step[pos]
     size = shape[0] * n_cells
-    best = np.full(size, np.inf)
-    np.minimum.at(best, key, rank.astype(np.float64))
-    best[np.isinf(best)] = np.nan
+    median, best = _grouped_median_min(key, rank, size)
     return (
         np.bincount(key, minlength=size).astype(np.int64).reshape(shape),
-        _grouped_median(key, rank, size).reshape(shape),
+        median.reshape(shape),
         best.reshape(shape),
     )
