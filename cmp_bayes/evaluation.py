@@ -149,10 +149,6 @@ def _from_tree(tree: xr.DataTree, name: str) -> pd.DataFrame:
         st = tree["identification"]["status"].to_series()
         st.index = st.index.astype(str)
         frame["status"] = frame["memory_id"].map(st).astype(str).to_numpy()
-        if "query" in tau.dims:
-            # a memory's status, repeated over its queries: pair-level evaluation
-            # replaces it by the pair's own status (exposed under that query or not)
-            frame.attrs["status_level"] = "memory"
     frame.attrs["method"] = "posterior-mean"
     return frame
 
@@ -295,23 +291,17 @@ def _pair_units(log: ExposureLog, scores: pd.DataFrame) -> pd.DataFrame:
         }
     )
     if "query_id" in scores.columns:
-        memory_status = scores.attrs.get("status_level") == "memory"
-        keep = ("score",) if memory_status else ("score", "status")
-        cols = ["memory_id", "query_id", *(c for c in keep if c in scores.columns)]
-        table = scores.astype({"memory_id": str, "query_id": str})[cols]
+        table = scores.astype({"memory_id": str, "query_id": str})[["memory_id", "query_id", "score"]]
         units = units.merge(table.drop_duplicates(["memory_id", "query_id"]), how="left", on=["memory_id", "query_id"])
-        if memory_status:
-            from cmp_bayes.diagnostics.positivity import identification_status
-
-            units["status"] = identification_status(ds).to_numpy()[mi, qi]
     else:
         mem = scores.drop_duplicates("memory_id").set_index("memory_id")
         units["score"] = units["memory_id"].map(mem["score"]).to_numpy(np.float64)
-        if "status" in mem.columns:
-            from cmp_bayes.diagnostics.positivity import identification_status
+    if "status" in scores.columns:
+        # a pair's status is the log's, whatever level the result's statuses are at
+        # (a per-query posterior repeats its memory's status over the memory's queries)
+        from cmp_bayes.diagnostics.positivity import identification_status
 
-            st = identification_status(ds).to_numpy()[mi, qi]
-            units["status"] = st
+        units["status"] = identification_status(ds).to_numpy()[mi, qi]
     lab = log.labels.astype({"memory_id": str, "query_id": str})
     req = lab.loc[lab["required"].astype(bool), ["memory_id", "query_id"]].drop_duplicates()
     key = pd.MultiIndex.from_frame(units[["memory_id", "query_id"]])
