@@ -111,6 +111,7 @@ def record_provenance(path: Path, argv: list[str], started: str) -> None:
     import subprocess
 
     import cmp_bayes
+    from cmp_bayes.atomic import write_text_atomic
 
     def git(*a: str) -> str:
         try:
@@ -141,9 +142,7 @@ def record_provenance(path: Path, argv: list[str], started: str) -> None:
         "cpus": os.cpu_count(),
         "load_average_at_end": list(os.getloadavg()),
     }
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(d, indent=2) + "\n")
-    tmp.replace(path)
+    write_text_atomic(path, json.dumps(d, indent=2) + "\n")
 
 
 def print_tables() -> None:
