@@ -388,18 +388,13 @@ def _contexts_by_part(files: list[Path]) -> _Built | None:
                 d = chunk.dictionary if pat.is_large_string(chunk.dictionary.type) else chunk.dictionary.cast(pa.large_string())
                 chunks[name].append(d.take(chunk.indices))
                 row += len(chunk)
-        if "rank" in t.column_names:
-            rank[part], mask = _numbers(t["rank"], np.int64)
+        for name, values, null, dtype in (("rank", rank, rank_null, np.int64), ("propensity", prop, prop_null, np.float64)):
+            if name not in t.column_names:
+                null[part] = True  # optional column absent from this part: all null
+                continue
+            values[part], mask = _numbers(t[name], dtype)
             if mask is not None:
-                rank_null[part] = mask
-        else:
-            rank_null[part] = True
-        if "propensity" in t.column_names:
-            prop[part], mask = _numbers(t["propensity"], np.float64)
-            if mask is not None:
-                prop_null[part] = mask
-        else:
-            prop_null[part] = True
+                null[part] = mask
         at += k
         del t
     rank[rank_null] = 0
