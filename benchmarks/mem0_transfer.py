@@ -169,7 +169,7 @@ def cmp_run(
     """The CMP exposure run through the wrapper; writes the log (with labels) to ``log_dir``."""
     from cmp_bayes.design.scheduler import ExposureScheduler
     from cmp_bayes.integrations.mem0 import CMPMemory
-    from cmp_bayes.log.writer import LogWriter
+    from cmp_bayes.log.append import LogWriter
 
     rng = np.random.default_rng([args.seed, 1])
     reader = ReaderModel()

@@ -108,7 +108,7 @@ def _synthetic_report(folder: Path) -> Path:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     from _report_fixtures import synthetic_posterior
 
-    from cmp_bayes.report.html import report
+    from cmp_bayes.reporting.html import report
 
     return report(synthetic_posterior(), folder)
 

@@ -34,14 +34,14 @@ import xarray as xr
 from scipy import stats as sps
 
 from cmp_bayes.atomic import write_text_atomic
-from cmp_bayes.decide.baselines import hajek_threshold, logged_success_eviction, realized_loss
-from cmp_bayes.decide.costs import Costs
-from cmp_bayes.decide.rule import DecisionWarning, decide
+from cmp_bayes.decision.baselines import hajek_threshold, logged_success_eviction, realized_loss
+from cmp_bayes.decision.costs import Costs
+from cmp_bayes.decision.rule import DecisionWarning, decide
 from cmp_bayes.diagnostics.positivity import identification_status
 from cmp_bayes.model.fit import fit
-from cmp_bayes.simulate.presets import PRESETS
-from cmp_bayes.simulate.simulator import SimulationConfig, simulate
-from cmp_bayes.simulate.truth import memory_truth
+from cmp_bayes.simulation.presets import PRESETS
+from cmp_bayes.simulation.simulator import SimulationConfig, simulate
+from cmp_bayes.simulation.truth import memory_truth
 from cmp_bayes.statistics import exposure_stats
 
 
@@ -194,7 +194,7 @@ def render(results: list[pd.DataFrame], args: argparse.Namespace, costs: Costs) 
         f"{costs.threshold:g}, so the rule forgets below P(useful) = {costs.forget_below:.4f}.",
         "",
         "Realized loss = forget_cost x (forgotten and truly useful) + retain_cost x (kept and "
-        "truly useless); truth from `cmp_bayes.simulate.truth.memory_truth`.",
+        "truly useless); truth from `cmp_bayes.simulation.truth.memory_truth`.",
         "",
         "## Total over seeds",
         "",

@@ -22,7 +22,7 @@ from cmp_bayes.constants import CI_PROB
 from cmp_bayes.diagnostics.positivity import diagnose
 from cmp_bayes.estimators import estimate_from_stats
 from cmp_bayes.evaluation import evaluate
-from cmp_bayes.simulate.simulator import simulate
+from cmp_bayes.simulation.simulator import simulate
 from cmp_bayes.statistics import exposure_stats
 
 PRESETS = ("locomo-like", "longmemeval-like")
@@ -58,8 +58,8 @@ def run_one(preset: str, seed: int, n_boot: int) -> dict[str, float]:
     # "last" puts visible required memories at the bottom; "exclude" scores the rest only
     row["auc_hajek_excl"] = evaluate(log, estimate_from_stats(stats, "hajek"), n_boot=0, nan="exclude")["auc"]
     row["auc_per_query_excl"] = evaluate(log, per_q, level="pair", n_boot=0, nan="exclude")["auc"]
-    if importlib.util.find_spec("cmp_bayes.simulate.store_randomization"):
-        from cmp_bayes.simulate.store_randomization import store_randomization
+    if importlib.util.find_spec("cmp_bayes.simulation.store_randomization"):
+        from cmp_bayes.simulation.store_randomization import store_randomization
 
         sr = store_randomization(log, seed=seed)
         row["unchanged"], row["lift"] = sr["unchanged_share"], sr["lift"]

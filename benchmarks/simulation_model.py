@@ -38,11 +38,11 @@ def one_seed(
     from _model_fixtures import auc
 
     from cmp_bayes.constants import CI_PROB, IDENTIFIED
-    from cmp_bayes.decide.costs import Costs
+    from cmp_bayes.decision.costs import Costs
     from cmp_bayes.model.config import ModelConfig
     from cmp_bayes.model.fit import fit
-    from cmp_bayes.simulate.simulator import SimulationConfig, simulate
-    from cmp_bayes.simulate.truth import memory_truth
+    from cmp_bayes.simulation.simulator import SimulationConfig, simulate
+    from cmp_bayes.simulation.truth import memory_truth
 
     over = {} if queries is None else {"queries": queries}
     if pool_share is not None:

@@ -33,7 +33,7 @@ def one(seed: int, query_sd: float, draws: int) -> dict:
     from cmp_bayes.constants import CI_PROB
     from cmp_bayes.model.config import ModelConfig
     from cmp_bayes.model.fit import fit
-    from cmp_bayes.simulate.simulator import SimulationConfig, simulate
+    from cmp_bayes.simulation.simulator import SimulationConfig, simulate
     from cmp_bayes.statistics import exposure_stats
 
     log = simulate(SimulationConfig.preset("locomo-like", **SIZE), seed=seed)

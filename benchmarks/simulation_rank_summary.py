@@ -35,8 +35,8 @@ def covariate_aucs(seed: int) -> dict[str, float]:
     """AUC of required vs not by each rank summary alone (lower rank = higher score)."""
     from _model_fixtures import auc
 
-    from cmp_bayes.simulate.simulator import SimulationConfig, simulate
-    from cmp_bayes.simulate.truth import memory_truth
+    from cmp_bayes.simulation.simulator import SimulationConfig, simulate
+    from cmp_bayes.simulation.truth import memory_truth
     from cmp_bayes.statistics import exposure_stats
 
     log = simulate(SimulationConfig.preset(PRESET), seed=seed)

@@ -26,20 +26,20 @@ _LAZY: dict[str, str] = {
     # log
     "read_log": "cmp_bayes.log.read",
     "log_checksum": "cmp_bayes.log.read",
-    "write_log": "cmp_bayes.log.write",
-    "LogWriter": "cmp_bayes.log.writer",
+    "write_log": "cmp_bayes.log.export",
+    "LogWriter": "cmp_bayes.log.append",
     # statistics and diagnostics
     "exposure_stats": "cmp_bayes.statistics",
     "diagnose": "cmp_bayes.diagnostics.positivity",
     "PositivityReport": "cmp_bayes.diagnostics.positivity",
     # design and simulation
     "ExposureScheduler": "cmp_bayes.design.scheduler",
-    "simulate": "cmp_bayes.simulate.simulator",
-    "SimulationConfig": "cmp_bayes.simulate.simulator",
-    "PRESETS": "cmp_bayes.simulate.presets",
-    "store_randomization": "cmp_bayes.simulate.store_randomization",
-    "memory_truth": "cmp_bayes.simulate.truth",
-    "load_world": "cmp_bayes.simulate.simulator",
+    "simulate": "cmp_bayes.simulation.simulator",
+    "SimulationConfig": "cmp_bayes.simulation.simulator",
+    "PRESETS": "cmp_bayes.simulation.presets",
+    "store_randomization": "cmp_bayes.simulation.store_randomization",
+    "memory_truth": "cmp_bayes.simulation.truth",
+    "load_world": "cmp_bayes.simulation.simulator",
     # estimators and evaluation
     "estimate": "cmp_bayes.estimators",
     "evaluate": "cmp_bayes.evaluation",
@@ -49,11 +49,11 @@ _LAZY: dict[str, str] = {
     "save_posterior": "cmp_bayes.posterior.io",
     "load_posterior": "cmp_bayes.posterior.io",
     # decisions
-    "Costs": "cmp_bayes.decide.costs",
-    "decide": "cmp_bayes.decide.rule",
-    "recommend_exposures": "cmp_bayes.decide.recommend",
+    "Costs": "cmp_bayes.decision.costs",
+    "decide": "cmp_bayes.decision.rule",
+    "recommend_exposures": "cmp_bayes.decision.recommend",
     # report
-    "report": "cmp_bayes.report.html",
+    "report": "cmp_bayes.reporting.html",
 }
 
 

@@ -61,3 +61,12 @@ class PosteriorError(CmpBayesError, ValueError):
 
 class ConfigError(CmpBayesError, ValueError):
     """Invalid configuration (model config, costs, CLI options)."""
+
+
+class TornLineWarning(UserWarning):
+    """The last line of a JSONL file was incomplete (a crash while writing) and was set aside.
+
+    Raised by the reader (:func:`cmp_bayes.read_log`, which skips the line) and by
+    :class:`cmp_bayes.LogWriter` when it resumes a log (it moves the line to
+    ``steps.jsonl.torn``); the message names the file and line.
+    """

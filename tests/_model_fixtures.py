@@ -119,8 +119,8 @@ def simulated_fit() -> tuple[Any, Any, pd.DataFrame]:
     (ExposureLog, posterior DataTree, truth DataFrame indexed like the posterior's memory)
     """
     from cmp_bayes.model.fit import fit
-    from cmp_bayes.simulate.simulator import SimulationConfig, simulate
-    from cmp_bayes.simulate.truth import memory_truth
+    from cmp_bayes.simulation.simulator import SimulationConfig, simulate
+    from cmp_bayes.simulation.truth import memory_truth
 
     log = simulate(SimulationConfig.preset("longmemeval-like", queries=SIM_QUERIES, pool_share=0.8), seed=3)
     tree = fit(log, draws=250, tune=300, chains=2, seed=3, progressbar=False)

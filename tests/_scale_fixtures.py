@@ -8,8 +8,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from cmp_bayes.log.write import write_log
-from cmp_bayes.simulate.simulator import SimulationConfig, simulate
+from cmp_bayes.log.export import write_log
+from cmp_bayes.simulation.simulator import SimulationConfig, simulate
 
 
 def simulated_log(seed: int = 0, outcomes: str = "fractional", churn: float = 0.3):

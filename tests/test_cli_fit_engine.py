@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cmp_bayes.cli.main import main
-from cmp_bayes.simulate.simulator import simulate
+from cmp_bayes.simulation.simulator import simulate
 
 
 @pytest.fixture(scope="module")

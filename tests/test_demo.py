@@ -20,7 +20,7 @@ import xarray as xr
 from cmp_bayes.cli.main import main
 from cmp_bayes.constants import IDENTIFIED, RETRIEVED_ONLY, UNIDENTIFIED
 from cmp_bayes.data import EXAMPLE_NAME, example_log_path, make_example
-from cmp_bayes.report.sections import SECTION_IDS
+from cmp_bayes.reporting.sections import SECTION_IDS
 
 
 @pytest.fixture(scope="session")
@@ -137,8 +137,8 @@ def test_forgets_are_rarely_truly_useful(decisions: pd.DataFrame, example_log) -
     with mean sum p_i and variance sum p_i (1 - p_i); the bound is mean + 3 sd
     (plus 1 for discreteness). Every forget has p_i < 1/21 by the rule.
     """
-    from cmp_bayes.decide.costs import Costs
-    from cmp_bayes.simulate.truth import memory_truth
+    from cmp_bayes.decision.costs import Costs
+    from cmp_bayes.simulation.truth import memory_truth
 
     truth = memory_truth(example_log).set_index("memory_id")
     forgets = decisions[decisions["action"] == "forget"]

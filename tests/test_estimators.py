@@ -175,7 +175,7 @@ def test_logged_at_chance_where_hajek_is_not() -> None:
 
 
 def test_estimate_cli_and_by_query(tmp_path) -> None:
-    from cmp_bayes.log.write import write_log
+    from cmp_bayes.log.export import write_log
 
     log, _ = cmp_log(seed=0, truth_seed=0, n_memories=20, n_queries=2, n_steps=200)
     root = write_log(log, tmp_path / "log")

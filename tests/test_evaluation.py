@@ -133,7 +133,7 @@ def test_per_query_posterior_is_scored_over_in_store_pairs_with_pair_status(smal
 
 
 def test_evaluate_cli(small, tmp_path, capsys) -> None:
-    from cmp_bayes.log.write import write_log
+    from cmp_bayes.log.export import write_log
 
     log, _ = small
     root = write_log(log, tmp_path / "log")

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from cmp_bayes import ExposureLog, LogError, read_log, write_log
 from cmp_bayes.cli.main import main
-from cmp_bayes.log.read import TornLineWarning
+from cmp_bayes.errors import TornLineWarning
 
 DESIGN = {
     "slots": 3,
@@ -565,7 +565,7 @@ def test_write_log_is_atomic_on_failure(tmp_path, monkeypatch):
     write_log(log, target)
     before = _digest(target)
 
-    import cmp_bayes.log.write as w
+    import cmp_bayes.log.export as w
 
     def boom(*a, **k):
         raise RuntimeError("disk full")

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from cmp_bayes.errors import LogError
+from cmp_bayes.errors import LogError, TornLineWarning
+from cmp_bayes.log.append import LogWriter
 from cmp_bayes.log.read import read_log
-from cmp_bayes.log.writer import LogWriter, TornStepWarning
 
 DESIGN = {"slots": 3, "exposure_slots": 1, "assignment": "balanced", "steps": 100, "seed": 0,
           "pool": {"m1": 0.5, "m2": 0.5}}
@@ -54,7 +54,7 @@ def test_torn_last_line_set_aside(tmp_path: Path, tail: bytes) -> None:
     steps = tmp_path / "steps.jsonl"
     good = steps.read_bytes()
     steps.write_bytes(good + tail)
-    with pytest.warns(TornStepWarning, match=r"steps.jsonl, line 3"):
+    with pytest.warns(TornLineWarning, match=r"steps.jsonl, line 3"):
         w = LogWriter(tmp_path)
     assert w.next_step == 2
     assert steps.read_bytes() == good  # nothing before the torn line lost
@@ -94,7 +94,7 @@ def test_rejects_bad_steps(tmp_path: Path) -> None:
 
 _CHILD = """
 import sys, time
-from cmp_bayes.log.writer import LogWriter
+from cmp_bayes.log.append import LogWriter
 w = LogWriter(sys.argv[1])
 ctx = [{"memory_id": "m0", "source": "retriever", "rank": 0}]
 i = 0

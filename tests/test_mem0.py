@@ -38,7 +38,7 @@ from cmp_bayes.integrations.mem0 import (  # noqa: E402
     offline_memory,
     store_snapshot,
 )
-from cmp_bayes.log.writer import LogWriter  # noqa: E402
+from cmp_bayes.log.append import LogWriter  # noqa: E402
 
 B, K = 4, 2
 STEPS = 48

@@ -269,8 +269,8 @@ def test_bayes_rule_beats_hajek_thresholding_on_the_shared_fit(fitted) -> None:
     # P(tau > 0.05) above 1/21 and nothing is forgotten (loss = keep-all).
     import pandas as pd
 
-    from cmp_bayes.decide.baselines import hajek_threshold, realized_loss
-    from cmp_bayes.decide.costs import Costs
+    from cmp_bayes.decision.baselines import hajek_threshold, realized_loss
+    from cmp_bayes.decision.costs import Costs
     from cmp_bayes.statistics import exposure_stats
 
     log, tree, truth = fitted
@@ -390,7 +390,7 @@ def test_cli_fit_writes_a_loadable_posterior(tmp_path, monkeypatch) -> None:
 
     from cmp_bayes.cli.main import main
     from cmp_bayes.posterior.io import load_posterior
-    from cmp_bayes.simulate.simulator import simulate
+    from cmp_bayes.simulation.simulator import simulate
 
     simulate("tiny", out=tmp_path / "tinylog", seed=1)
     monkeypatch.setattr(
@@ -437,7 +437,7 @@ def test_per_query_contract(monkeypatch) -> None:
     from pymc.testing import mock_sample
 
     from cmp_bayes.model.fit import fit
-    from cmp_bayes.simulate.simulator import SimulationConfig, simulate
+    from cmp_bayes.simulation.simulator import SimulationConfig, simulate
     from cmp_bayes.statistics import exposure_stats
 
     monkeypatch.setattr(

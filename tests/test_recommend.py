@@ -14,9 +14,9 @@ from scipy import integrate, stats
 
 from cmp_bayes.cli.main import main
 from cmp_bayes.constants import IDENTIFIED, UNIDENTIFIED
-from cmp_bayes.decide.costs import Costs
-from cmp_bayes.decide.preposterior import OUTCOME_VAR, expected_loss_after
-from cmp_bayes.decide.recommend import recommend_exposures
+from cmp_bayes.decision.costs import Costs
+from cmp_bayes.decision.preposterior import OUTCOME_VAR, expected_loss_after
+from cmp_bayes.decision.recommend import recommend_exposures
 from cmp_bayes.errors import ConfigError
 
 

@@ -7,7 +7,6 @@ point. The real fit is exercised by tests/test_demo.py.
 from __future__ import annotations
 
 import base64
-import importlib
 import re
 import shutil
 import sys
@@ -22,10 +21,10 @@ from _report_fixtures import synthetic_posterior
 from cmp_bayes.cli.main import main
 from cmp_bayes.constants import CI_PROB, UNIDENTIFIED
 from cmp_bayes.errors import PosteriorError
-from cmp_bayes.report import plots
-from cmp_bayes.report.health import sampler_health
-from cmp_bayes.report.html import report
-from cmp_bayes.report.sections import (
+from cmp_bayes.reporting import plots
+from cmp_bayes.reporting.health import sampler_health
+from cmp_bayes.reporting.html import report
+from cmp_bayes.reporting.sections import (
     FOREST_EACH_END,
     SECTION_IDS,
     fmt,
@@ -164,7 +163,7 @@ def test_unidentified_memories_listed_in_both_files(
 
 
 def test_decision_table_matches_decide(posterior: xr.DataTree, written: Path) -> None:
-    rule = pytest.importorskip("cmp_bayes.decide.rule")
+    rule = pytest.importorskip("cmp_bayes.decision.rule")
     decisions = rule.decide(posterior)
     md = (written.parent / "summary.md").read_text(encoding="utf-8")
     section = md.split('<a id="decisions"></a>', 1)[1].split("<a id=", 1)[0]
@@ -342,20 +341,6 @@ def test_cli_report_refuses_a_foreign_netcdf(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "foreign.nc" in err
     assert not (tmp_path / "r" / "index.html").exists()
-
-
-def test_package_name_stays_callable(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``cmp_bayes.report`` is the function or, once a submodule is imported, the package:
-    both must forward to report.html.report."""
-    import cmp_bayes
-    import cmp_bayes.report.html as html_mod
-
-    calls: list[tuple] = []
-    monkeypatch.setattr(html_mod, "report", lambda *a, **k: calls.append((a, k)) or "ok")
-    pkg = importlib.import_module("cmp_bayes.report")
-    assert pkg("P", "OUT", decisions=None) == "ok"
-    assert calls == [(("P", "OUT"), {"decisions": None})]
-    assert callable(cmp_bayes.report)
 
 
 def test_forest_on_a_per_query_posterior() -> None:

@@ -12,8 +12,8 @@ import xarray as xr
 from _scale_fixtures import partitioned_log, rewrite_cell, split_parquet
 
 from cmp_bayes.errors import ConfigError, LogError
+from cmp_bayes.log.export import write_log
 from cmp_bayes.log.read import log_checksum, read_log
-from cmp_bayes.log.write import write_log
 from cmp_bayes.scale import dask_stats
 from cmp_bayes.scale.cluster import dask_scheduler
 from cmp_bayes.scale.generate import generate

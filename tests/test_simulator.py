@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cmp_bayes.simulate.simulator import SimulationConfig, simulate
-from cmp_bayes.simulate.truth import memory_truth, pair_counts
+from cmp_bayes.simulation.simulator import SimulationConfig, simulate
+from cmp_bayes.simulation.truth import memory_truth, pair_counts
 
 
 def test_same_seed_same_log_other_seed_differs() -> None:

@@ -165,8 +165,8 @@ def test_read_parquet_parts_gives_the_same_statistics(tmp_path, seed, rankings):
     # lifetimes are covered by the scale tests (random_log's contexts ignore them)
     import xarray as xr
 
+    from cmp_bayes.log.export import write_log
     from cmp_bayes.log.read import read_log
-    from cmp_bayes.log.write import write_log
 
     log = random_log(seed, 30, 6, 3, False, rankings, True, False)
     pool = (log.design or {}).get("pool", {})

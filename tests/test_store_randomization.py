@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from cmp_bayes.simulate.simulator import simulate
-from cmp_bayes.simulate.store_randomization import store_randomization
+from cmp_bayes.simulation.simulator import simulate
+from cmp_bayes.simulation.store_randomization import store_randomization
 
 
 def test_unchanged_share_matches_retrieved_set_probability() -> None:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import pandas as pd
 
-    from cmp_bayes.decide.costs import Costs
+    from cmp_bayes.decision.costs import Costs
 
 #: flag -> Costs field, for the flags every decision verb shares.
 _COST_FLAGS: dict[str, str] = {
@@ -85,7 +85,7 @@ def add_cost_arguments(parser: argparse.ArgumentParser) -> None:
 
 def costs_from_args(args: argparse.Namespace) -> Costs:
     """A :class:`Costs` from ``--costs`` (if any) with the flags given on top."""
-    from cmp_bayes.decide.costs import Costs
+    from cmp_bayes.decision.costs import Costs
 
     base = Costs.from_toml(args.costs).to_dict() if args.costs is not None else {}
     for flag, name in _COST_FLAGS.items():
@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
     import warnings
 
     from cmp_bayes.atomic import write_with
-    from cmp_bayes.decide.rule import DecisionWarning, decide
+    from cmp_bayes.decision.rule import DecisionWarning, decide
 
     costs = costs_from_args(args)
     with warnings.catch_warnings():
@@ -132,7 +132,7 @@ def summary(table: pd.DataFrame, top: int = 10) -> str:
     """Counts per action, health, capacity, then up to ``top`` rows of each kind
     a person acts on: the riskiest forgets, useful memories the retriever never
     surfaces, and deferred memories."""
-    from cmp_bayes.decide.health import Health
+    from cmp_bayes.decision.health import Health
 
     counts = table.attrs.get("counts", {})
     costs = table.attrs.get("costs", {})

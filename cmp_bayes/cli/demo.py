@@ -40,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the pipeline and print its summary."""
     from cmp_bayes.data import EXAMPLE_NAME, example_log_path
-    from cmp_bayes.report.pipeline import run_pipeline
+    from cmp_bayes.reporting.pipeline import run_pipeline
 
     log = args.log
     name = args.name
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
         raise FileNotFoundError(f"no such log: {log}")
     costs = None
     if args.costs is not None:
-        from cmp_bayes.decide.costs import Costs
+        from cmp_bayes.decision.costs import Costs
 
         costs = Costs.from_toml(args.costs)
     result = run_pipeline(

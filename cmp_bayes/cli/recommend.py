@@ -53,7 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Rank, print, write the pool."""
-    from cmp_bayes.decide.recommend import recommend_exposures, write_pool
+    from cmp_bayes.decision.recommend import recommend_exposures, write_pool
 
     costs = costs_from_args(args)
     table = recommend_exposures(

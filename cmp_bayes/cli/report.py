@@ -25,13 +25,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Write index.html and summary.md; print where they went."""
-    from cmp_bayes.report.html import SUMMARY_MD, report
+    from cmp_bayes.reporting.html import SUMMARY_MD, report
 
     if not args.posterior.exists():
         raise FileNotFoundError(f"no such posterior file: {args.posterior}")
     costs = None
     if args.costs is not None:
-        from cmp_bayes.decide.costs import Costs
+        from cmp_bayes.decision.costs import Costs
 
         costs = Costs.from_toml(args.costs)
     out = args.out or Path(REPORTS_DIR) / args.posterior.stem

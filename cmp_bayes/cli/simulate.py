@@ -44,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cmp_bayes.simulate.simulator import SimulationConfig, simulate
+    from cmp_bayes.simulation.simulator import SimulationConfig, simulate
 
     overrides = {f: getattr(args, f) for f, _ in _KNOBS.values() if getattr(args, f) is not None}
     cfg = SimulationConfig.preset(args.preset, **overrides)

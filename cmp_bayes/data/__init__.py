@@ -46,7 +46,7 @@ def make_example(out: str | Path | None = None) -> Path:
         Target directory (default: the package's ``data/example``). Written
         atomically as a whole (``write_log``).
     """
-    from cmp_bayes.simulate.simulator import SimulationConfig, simulate
+    from cmp_bayes.simulation.simulator import SimulationConfig, simulate
 
     target = Path(out) if out is not None else example_log_path()
     cfg = SimulationConfig.preset("tiny", **EXAMPLE_CONFIG)

@@ -25,7 +25,7 @@ What :meth:`CMPMemory.search` does at each call (one log step):
    assignment, known propensities), skipping memories already in Mem0's
    results and memories no longer in the store.
 3. The step is opened in the log with
-   :meth:`~cmp_bayes.log.writer.LogWriter.begin`; the caller finishes it with
+   :meth:`~cmp_bayes.log.append.LogWriter.begin`; the caller finishes it with
    :meth:`CMPMemory.report_outcome` once the answer is scored.
 
 The returned object has Mem0's shape, ``{"results": [...]}``: the retriever
@@ -71,7 +71,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     import pandas as pd
 
     from cmp_bayes.design.scheduler import ExposureScheduler
-    from cmp_bayes.log.writer import LogWriter
+    from cmp_bayes.log.append import LogWriter
     from cmp_bayes.retrieval.dense import Embedder
 
 _INSTALL = "pip install 'cmp-bayes[mem0]' (mem0ai)"

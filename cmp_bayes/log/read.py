@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from cmp_bayes.errors import LogError
+from cmp_bayes.errors import LogError, TornLineWarning
 from cmp_bayes.log import validate
 from cmp_bayes.log.codes import encode
 from cmp_bayes.log.schema import (
@@ -54,10 +54,6 @@ LOG_FILES = (
     "memories",
     "labels",
 )
-
-
-class TornLineWarning(UserWarning):
-    """The last line of a JSONL file is incomplete (a crash while writing) and was set aside."""
 
 
 def read_log(path: str | Path) -> ExposureLog:

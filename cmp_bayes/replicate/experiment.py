@@ -30,7 +30,7 @@ Comparisons (:func:`run_experiment`): AUC of required vs non-required memories
 baselines (``logged-success``, ``logged-diff``), Hajek, the posterior mean of
 ``tau`` (``cmp_bayes.model.fit.fit``, with its retriever-rank covariate) and
 per-query Hajek (pair level); and store-level randomization figures
-(:func:`store_randomization`).
+(:func:`block_store_randomization`).
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ class ExperimentConfig:
     n_boot : int
         Bootstrap draws of the AUC intervals.
     delete_fraction, evict_fraction : float
-        Store randomization settings (:func:`store_randomization`).
+        Store randomization settings (:func:`block_store_randomization`).
     n_perturbations : int
         Random deletions per store.
     rank_summary : {"median", "best"}
@@ -154,7 +154,7 @@ def build_log(dataset: Dataset, retriever: Retriever, config: ExperimentConfig) 
         In memory (not yet written); ``attrs`` hold the settings and the label
         ``semi-synthetic``.
     blocks : list
-        Per-store layout, used by :func:`store_randomization`.
+        Per-store layout, used by :func:`block_store_randomization`.
     """
     from cmp_bayes.design.scheduler import ExposureScheduler
 
@@ -300,8 +300,8 @@ def _assemble(
 
 def write_and_check(log: ExposureLog, path: str | Path, format: str = "jsonl") -> ExposureLog:
     """Write the log with ``write_log`` and read it back with ``read_log`` (validates it)."""
+    from cmp_bayes.log.export import write_log
     from cmp_bayes.log.read import read_log
-    from cmp_bayes.log.write import write_log
 
     out = write_log(log, path, format=format)  # type: ignore[arg-type]
     back = read_log(out)
@@ -310,7 +310,7 @@ def write_and_check(log: ExposureLog, path: str | Path, format: str = "jsonl") -
 
 
 # ------------------------------------------------------------------ store randomization
-def store_randomization(
+def block_store_randomization(
     log: ExposureLog,
     blocks: list[_Block],
     config: ExperimentConfig,
@@ -417,7 +417,7 @@ class ExperimentResult:
         ``ci_high``, ``n``, ``n_required``, ``n_nan`` and the AUC among
         identified memories (``auc_identified``).
     randomization : dict
-        :func:`store_randomization`.
+        :func:`block_store_randomization`.
     timings : dict
         Seconds per phase.
     fit_health : dict
@@ -618,7 +618,7 @@ def run_experiment(
                     )
                 )
     t0 = time.perf_counter()
-    rz = store_randomization(log, blocks, config, scores)
+    rz = block_store_randomization(log, blocks, config, scores)
     timings["store_randomization"] = time.perf_counter() - t0
     return ExperimentResult(dataset.name, retriever.name, dataset.granularity, config, summary, auc, rz, timings,
                             fit_health, diffs, per_memory, dt)

@@ -20,7 +20,7 @@ LO, HI = 0.02, 0.98
 
 
 @dataclass(frozen=True)
-class ReaderModel:
+class SimulatedReader:
     """Parameters of the reader (see module docstring).
 
     Attributes

@@ -22,7 +22,7 @@ from the design, never the posterior), ``exposed >= costs.min_exposures``, and
 the memory's own R-hat at most ``costs.max_rhat``). A memory the Bayes rule
 would forget but that is not allowed is ``defer``: it stays, with the number
 of exposures that would let the rule decide (``exposures_needed``, see
-:func:`cmp_bayes.decide.preposterior.exposures_to_resolve`).
+:func:`cmp_bayes.decision.preposterior.exposures_to_resolve`).
 
 Capacity. With ``costs.capacity = K`` and more than K memories kept, allowed
 memories are forgotten in increasing order of the expected value of keeping
@@ -50,9 +50,9 @@ import pandas as pd
 import xarray as xr
 
 from cmp_bayes.constants import IDENTIFIED, RETRIEVED_ONLY, UNIDENTIFIED
-from cmp_bayes.decide.costs import Costs
-from cmp_bayes.decide.health import Health, memory_rhat, sampler_health
-from cmp_bayes.decide.preposterior import MAX_EXPOSURES, exposures_to_resolve
+from cmp_bayes.decision.costs import Costs
+from cmp_bayes.decision.health import Health, memory_rhat, sampler_health
+from cmp_bayes.decision.preposterior import MAX_EXPOSURES, exposures_to_resolve
 from cmp_bayes.errors import PosteriorError
 
 RETAIN: Final[str] = "retain"

@@ -1,7 +1,7 @@
 """Realized decision loss on simulator truth, and the baseline policies decide is measured against.
 
 Realized loss of a set of actions (``forget`` removes a memory; ``retain`` and
-``defer`` keep it), with truth from :func:`cmp_bayes.simulate.truth.memory_truth`:
+``defer`` keep it), with truth from :func:`cmp_bayes.simulation.truth.memory_truth`:
 
     loss = forget_cost * #(forgotten and truly useful)
          + retain_cost * #(kept and truly useless),
@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from cmp_bayes.decide.costs import Costs
+from cmp_bayes.decision.costs import Costs
 
 
 def realized_loss(actions: pd.Series, truth: pd.DataFrame, costs: Costs) -> dict[str, float]:

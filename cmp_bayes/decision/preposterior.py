@@ -1,8 +1,8 @@
 """Preposterior analysis on posterior draws: what would n more exposures tell us?
 
 Model of the future data (a normal approximation stated once here and used by
-both ``exposures_needed`` in :func:`cmp_bayes.decide.rule.decide` and the value
-of information in :func:`cmp_bayes.decide.recommend.recommend_exposures`):
+both ``exposures_needed`` in :func:`cmp_bayes.decision.rule.decide` and the value
+of information in :func:`cmp_bayes.decision.recommend.recommend_exposures`):
 n more randomized exposures of memory m give an exposed-arm mean whose
 difference from the memory's control-arm mean is
 
@@ -161,7 +161,7 @@ def expected_loss_after(
     n : numpy.ndarray
         Extra exposures per memory, shape ``(M,)``, >= 1.
     threshold, forget_cost, retain_cost : float
-        As in :class:`cmp_bayes.decide.costs.Costs`.
+        As in :class:`cmp_bayes.decision.costs.Costs`.
     rng : numpy.random.Generator
         Source of the hypothetical data.
     chunk : int

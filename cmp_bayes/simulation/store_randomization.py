@@ -62,8 +62,8 @@ def store_randomization(
         ``unchanged_share``, ``lift``, ``lift_oracle``, ``quality_full``,
         ``quality_utility``, ``quality_random``, ``quality_oracle`` and the settings.
     """
-    from cmp_bayes.simulate.simulator import load_world, simulate
-    from cmp_bayes.simulate.truth import memory_truth
+    from cmp_bayes.simulation.simulator import load_world, simulate
+    from cmp_bayes.simulation.truth import memory_truth
 
     log = simulate(log_or_sim, seed=seed) if isinstance(log_or_sim, str) else log_or_sim
     w = load_world(log)

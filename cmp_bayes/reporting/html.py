@@ -44,10 +44,10 @@ def report(
         Folder for ``index.html`` and ``summary.md`` (created; other files in it
         are left alone).
     decisions : pandas.DataFrame, optional
-        Output of ``cmp_bayes.decide.rule.decide``. Computed here with
+        Output of ``cmp_bayes.decision.rule.decide``. Computed here with
         ``costs`` (default ``Costs()``) when omitted and the decide module is
         installed.
-    costs : cmp_bayes.decide.costs.Costs, optional
+    costs : cmp_bayes.decision.costs.Costs, optional
         Costs used when ``decisions`` is computed here.
     log : ExposureLog, optional
         The log the posterior was fitted to: adds memory texts to the decision
@@ -63,8 +63,8 @@ def report(
     PosteriorError
         The posterior lacks the ``posterior`` group.
     """
-    from cmp_bayes.report import sections as sec
-    from cmp_bayes.report.health import sampler_health
+    from cmp_bayes.reporting import sections as sec
+    from cmp_bayes.reporting.health import sampler_health
 
     tree = _load(posterior)
     out_dir = Path(out_dir)
@@ -123,7 +123,7 @@ def _load(posterior: xr.DataTree | str | Path) -> xr.DataTree:
 
 def _decide(tree: xr.DataTree, costs: Any) -> tuple[pd.DataFrame | None, str]:
     try:
-        from cmp_bayes.decide.rule import decide
+        from cmp_bayes.decision.rule import decide
     except ImportError:
         return None, "Not computed: the decide module is not installed."
     try:
@@ -141,7 +141,7 @@ def _template() -> Any:
     import jinja2
 
     env = jinja2.Environment(
-        loader=jinja2.PackageLoader("cmp_bayes.report", "templates"),
+        loader=jinja2.PackageLoader("cmp_bayes.reporting", "templates"),
         autoescape=jinja2.select_autoescape(["html"]),
         undefined=jinja2.StrictUndefined,
     )

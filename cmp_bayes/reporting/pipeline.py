@@ -120,8 +120,8 @@ def save_stage(posterior: xr.DataTree, models_dir: str | Path, name: str) -> Pat
 
 
 def decide_stage(posterior: xr.DataTree, costs: Any = None) -> pd.DataFrame:
-    """Retain / forget / defer per memory (:func:`cmp_bayes.decide.rule.decide`)."""
-    from cmp_bayes.decide.rule import decide
+    """Retain / forget / defer per memory (:func:`cmp_bayes.decision.rule.decide`)."""
+    from cmp_bayes.decision.rule import decide
 
     return decide(posterior, costs)
 
@@ -134,8 +134,8 @@ def write_decisions(decisions: pd.DataFrame, path: str | Path) -> Path:
 def report_stage(
     posterior: xr.DataTree, out_dir: str | Path, decisions: pd.DataFrame, log: ExposureLog
 ) -> Path:
-    """Write ``index.html`` and ``summary.md`` (:func:`cmp_bayes.report.html.report`)."""
-    from cmp_bayes.report.html import report
+    """Write ``index.html`` and ``summary.md`` (:func:`cmp_bayes.reporting.html.report`)."""
+    from cmp_bayes.reporting.html import report
 
     return report(posterior, out_dir, decisions=decisions, log=log)
 

@@ -40,8 +40,8 @@ from cmp_bayes.log.schema import (
     ExposureLog,
     coerce,
 )
-from cmp_bayes.simulate.reader import ReaderModel
-from cmp_bayes.simulate.retriever import Retriever
+from cmp_bayes.simulation.reader import SimulatedReader
+from cmp_bayes.simulation.retriever import Retriever
 
 SIMULATION_FILE = "simulation.json"
 GROUP_NAMES = ("single-hop", "multi-hop", "temporal", "open-domain", "adversarial", "preference")
@@ -147,8 +147,8 @@ class SimulationConfig:
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> SimulationConfig:
-        """A named preset (:data:`cmp_bayes.simulate.presets.PRESETS`) with overrides."""
-        from cmp_bayes.simulate.presets import PRESETS
+        """A named preset (:data:`cmp_bayes.simulation.presets.PRESETS`) with overrides."""
+        from cmp_bayes.simulation.presets import PRESETS
 
         if name not in PRESETS:
             raise ConfigError(f"unknown preset {name!r}; choose from {sorted(PRESETS)}")
@@ -177,7 +177,7 @@ class World:
     created: np.ndarray  # (memory,) int64
     deleted: np.ndarray  # (memory,) int64, = steps when never deleted
     step_query: np.ndarray  # (step,) query index
-    reader: ReaderModel
+    reader: SimulatedReader
 
     @property
     def n_memories(self) -> int:
@@ -241,7 +241,7 @@ def build_world(config: SimulationConfig, seed: int) -> World:
         start[order] = np.arange(nq) * c.repeats
         created = np.repeat(start, hc)
         deleted = created + c.repeats
-    reader = ReaderModel(noise=c.noise, outcomes=c.outcomes, concentration=c.concentration)
+    reader = SimulatedReader(noise=c.noise, outcomes=c.outcomes, concentration=c.concentration)
     return World(
         config=c, seed=seed, memory_ids=memory_ids, query_ids=query_ids, query_group=query_group,
         base=base, retriever=Retriever(cand=cand, score=score), util=util, required=required,
@@ -267,7 +267,7 @@ def simulate(
     Parameters
     ----------
     config : SimulationConfig or str
-        Settings, or a preset name (:data:`~cmp_bayes.simulate.presets.PRESETS`).
+        Settings, or a preset name (:data:`~cmp_bayes.simulation.presets.PRESETS`).
     out : path, optional
         Write the complete log directory there (``write_log``), plus
         ``simulation.json`` (config and seed, from which the world is re-derived).
@@ -361,7 +361,7 @@ def simulate(
         "memory_id": w.memory_ids, "created_step": w.created,
         "deleted_step": pd.Series(w.deleted, dtype="Int64").where(w.deleted < T, pd.NA),
     }), MEMORY_COLUMNS)
-    from cmp_bayes.simulate.truth import pair_utilities
+    from cmp_bayes.simulation.truth import pair_utilities
 
     labels = pair_utilities(w, ranking, ctx_step, ctx_mem, is_exp, s)
     log = ExposureLog(
@@ -387,7 +387,7 @@ def _prop_array(memory_ids: np.ndarray, pool: dict[str, float]) -> np.ndarray:
 def write_simulation(log: ExposureLog, out: str | Path, format: Literal["jsonl", "parquet"] = "jsonl") -> Path:
     """Write a simulated log directory (``write_log``) plus ``simulation.json``."""
     from cmp_bayes.atomic import write_text_atomic
-    from cmp_bayes.log.write import write_log
+    from cmp_bayes.log.export import write_log
 
     path = write_log(log, out, format=format)
     meta = {**log.attrs["simulation"], "note": "simulator settings; the world is re-derived from config + seed"}

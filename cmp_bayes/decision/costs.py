@@ -1,6 +1,6 @@
 """Costs and guards of the retain / forget / defer decision.
 
-A :class:`Costs` holds everything :func:`cmp_bayes.decide.rule.decide` needs
+A :class:`Costs` holds everything :func:`cmp_bayes.decision.rule.decide` needs
 besides the posterior: the two error costs of the asymmetric loss, the utility
 threshold that defines a "useful" memory, the estimand it applies to, an
 optional capacity, and the guards that stand between the Bayes rule and an

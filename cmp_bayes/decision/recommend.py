@@ -1,6 +1,6 @@
 """Which memories to expose next: value of information of n more exposures.
 
-For each memory still in the store after :func:`cmp_bayes.decide.rule.decide`
+For each memory still in the store after :func:`cmp_bayes.decision.rule.decide`
 the value of information (VOI) of ``exposures`` more randomized exposures is
 
     VOI = L_now - E[L_after],
@@ -12,7 +12,7 @@ in cost units, where
   they do not (unidentified, retrieved-only, too few exposures), ``r (1 - p)``,
   because retaining is the only action it has;
 * ``E[L_after]`` is the preposterior expected loss after the exposures (see
-  :mod:`cmp_bayes.decide.preposterior` for the data model), with forgetting
+  :mod:`cmp_bayes.decision.preposterior` for the data model), with forgetting
   allowed once the memory has ``min_exposures`` exposures in all.
 
 A deferred memory gains twice: the exposures identify it (making forget
@@ -36,9 +36,17 @@ import pandas as pd
 import xarray as xr
 
 from cmp_bayes.atomic import write_text_atomic
-from cmp_bayes.decide.costs import Costs
-from cmp_bayes.decide.preposterior import expected_loss_after
-from cmp_bayes.decide.rule import DEFER, FORGET, RETAIN, DecisionWarning, MemoryDraws, decide, load
+from cmp_bayes.decision.costs import Costs
+from cmp_bayes.decision.preposterior import expected_loss_after
+from cmp_bayes.decision.rule import (
+    DEFER,
+    FORGET,
+    RETAIN,
+    DecisionWarning,
+    MemoryDraws,
+    decide,
+    load,
+)
 from cmp_bayes.errors import ConfigError
 
 _GROUP_ORDER: dict[str, int] = {DEFER: 0, RETAIN: 1, FORGET: 2}

@@ -21,8 +21,8 @@ import pandas as pd
 import xarray as xr
 
 from cmp_bayes.constants import CI_KIND, CI_PROB, IDENTIFIED, RETRIEVED_ONLY, STATUSES, UNIDENTIFIED
-from cmp_bayes.report import plots
-from cmp_bayes.report.health import SamplerHealth, hyperparameter_names
+from cmp_bayes.reporting import plots
+from cmp_bayes.reporting.health import SamplerHealth, hyperparameter_names
 
 #: Memories shown at each end of the forest plot.
 FOREST_EACH_END: int = 10

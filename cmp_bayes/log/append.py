@@ -6,7 +6,7 @@ disk). ``design.json`` and ``memories.jsonl`` are replaced atomically.
 
 Crash safety: a process killed mid-write can leave at most the last line
 incomplete. Reopening the log checks that line; if it has no trailing newline
-or does not parse it is reported (:class:`TornStepWarning`, naming the file and
+or does not parse it is reported (:class:`TornLineWarning`, naming the file and
 line), appended to ``steps.jsonl.torn`` and cut off, so every complete step is
 kept and the next step number is the last complete step + 1.
 
@@ -30,14 +30,10 @@ import pandas as pd
 
 from cmp_bayes.atomic import write_text_atomic
 from cmp_bayes.constants import EXPOSURE, SOURCES
-from cmp_bayes.errors import LogError
+from cmp_bayes.errors import LogError, TornLineWarning
 
 STEPS_FILE = "steps.jsonl"
 TORN_SUFFIX = ".torn"
-
-
-class TornStepWarning(UserWarning):
-    """The last line of ``steps.jsonl`` was incomplete and has been set aside."""
 
 
 class LogWriter:
@@ -297,7 +293,7 @@ def _recover(file: Path) -> int | None:
         warnings.warn(
             f"{file}, line {line_no}: incomplete last line (crash while writing?) set aside "
             f"in {file.name + TORN_SUFFIX}; {line_no - 1} complete lines kept",
-            TornStepWarning,
+            TornLineWarning,
             stacklevel=3,
         )
     if end == 0:

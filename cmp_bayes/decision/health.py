@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from cmp_bayes.decide.costs import Costs
+from cmp_bayes.decision.costs import Costs
 
 #: dims that mark a per-memory (not hyper-) parameter.
 _ENTITY_DIMS: frozenset[str] = frozenset({"memory", "query"})
