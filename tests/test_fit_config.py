@@ -81,3 +81,12 @@ def test_cli_fit_sampler_flags_come_from_sampler_config() -> None:
     from cmp_bayes.cli.fit import _SAMPLER_FLAGS
 
     assert _SAMPLER_FLAGS.overrides(args) == {"sampler": "advi", "draws": 30, "seed": 5}
+
+
+def test_the_readme_call_form_works_from_the_top_level() -> None:
+    import cmp_bayes as cb
+
+    assert cb.SamplerConfig is SamplerConfig and cb.ModelConfig is ModelConfig
+    stats, _ = synthetic_stats(20, seed=0)
+    with pytest.raises(ConfigError, match="seed"):
+        cb.fit(stats, model=cb.ModelConfig(), sampler=cb.SamplerConfig(draws=10, seed=1), seed=2)
