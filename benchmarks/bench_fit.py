@@ -32,7 +32,7 @@ def run_one(m: int, sampler: str, draws: int, keep_draws: int) -> dict:
         sampler=sampler, draws=draws, tune=draws, chains=2, progressbar=False, keep_draws=keep_draws
     )
     t0 = time.perf_counter()
-    tree = fit(stats, sampler_config=cfg)
+    tree = fit(stats, sampler=cfg)
     secs = time.perf_counter() - t0
     post = tree["posterior"]
     hyper = [v for v in post.data_vars if "memory" not in post[v].dims]

@@ -50,7 +50,7 @@ def one_seed(
     log = simulate(SimulationConfig.preset(preset, **over), seed=seed)
     t0 = time.perf_counter()
     config = ModelConfig(effect_bound=effect_bound, **model)
-    tree = fit(log, config=config, draws=draws, tune=draws, chains=2, seed=seed, progressbar=False)
+    tree = fit(log, model=config, draws=draws, tune=draws, chains=2, seed=seed, progressbar=False)
     secs = time.perf_counter() - t0
     post = tree["posterior"]
     ids = np.asarray(post["memory"].values).astype(str)

@@ -38,7 +38,7 @@ def one(seed: int, query_sd: float, draws: int) -> dict:
 
     log = simulate(SimulationConfig.preset("locomo-like", **SIZE), seed=seed)
     t0 = time.perf_counter()
-    tree = fit(log, config=ModelConfig(query_sd=query_sd), by="query", draws=draws, tune=draws,
+    tree = fit(log, model=ModelConfig(query_sd=query_sd), by="query", draws=draws, tune=draws,
                chains=2, seed=seed, progressbar=False)
     secs = time.perf_counter() - t0
     post = tree["posterior"]

@@ -45,6 +45,7 @@ _LAZY: dict[str, str] = {
     "evaluate": "cmp_bayes.evaluation",
     # model and posterior
     "ModelConfig": "cmp_bayes.model.config",
+    "SamplerConfig": "cmp_bayes.model.config",
     "fit": "cmp_bayes.model.fit",
     "save_posterior": "cmp_bayes.posterior.io",
     "load_posterior": "cmp_bayes.posterior.io",

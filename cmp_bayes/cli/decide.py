@@ -12,75 +12,25 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from cmp_bayes.cli.options import DataclassFlags
+
 if TYPE_CHECKING:
     import pandas as pd
 
     from cmp_bayes.decision.costs import Costs
 
-#: flag -> Costs field, for the flags every decision verb shares.
-_COST_FLAGS: dict[str, str] = {
-    "forget_cost": "forget_cost",
-    "retain_cost": "retain_cost",
-    "threshold": "threshold",
-    "estimand": "estimand",
-    "capacity": "capacity",
-    "min_exposures": "min_exposures",
-    "min_mean_shift": "min_mean_shift",
-    "max_rhat": "max_rhat",
-    "max_divergence_share": "max_divergence_share",
-}
+def _cost_flags() -> DataclassFlags:
+    """One flag per Costs field (``--forget-cost`` ...), shared by decide and recommend."""
+    from cmp_bayes.decision.costs import ESTIMANDS, Costs
+
+    return DataclassFlags(Costs, choices={"estimand": ESTIMANDS})
 
 
 def add_cost_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``--costs`` file and the per-field overrides (shared with ``recommend``)."""
     g = parser.add_argument_group("costs (flags override --costs)")
     g.add_argument("--costs", type=Path, metavar="FILE.toml", help="costs as TOML")
-    g.add_argument(
-        "--forget-cost",
-        type=float,
-        metavar="X",
-        help="cost of forgetting a useful memory (default 20)",
-    )
-    g.add_argument(
-        "--retain-cost",
-        type=float,
-        metavar="Y",
-        help="cost of retaining a useless memory (default 1)",
-    )
-    g.add_argument(
-        "--threshold",
-        type=float,
-        metavar="U",
-        help="utility above which a memory is useful (default 0.05)",
-    )
-    g.add_argument(
-        "--estimand", choices=("tau", "utility"), help="what the threshold applies to (default tau)"
-    )
-    g.add_argument("--capacity", type=int, metavar="K", help="keep at most K memories")
-    g.add_argument(
-        "--min-exposures",
-        type=int,
-        metavar="N",
-        help="exposures needed before a forget (default 1)",
-    )
-    g.add_argument(
-        "--min-mean-shift",
-        type=float,
-        metavar="S",
-        help="evidence floor in prior sds (default 0: off)",
-    )
-    g.add_argument(
-        "--max-rhat",
-        type=float,
-        metavar="R",
-        help="largest R-hat allowed for a forget (default 1.01)",
-    )
-    g.add_argument(
-        "--max-divergence-share",
-        type=float,
-        metavar="F",
-        help="largest share of divergent draws (default 0)",
-    )
+    _cost_flags().add_to(g)
 
 
 def costs_from_args(args: argparse.Namespace) -> Costs:
@@ -88,11 +38,7 @@ def costs_from_args(args: argparse.Namespace) -> Costs:
     from cmp_bayes.decision.costs import Costs
 
     base = Costs.from_toml(args.costs).to_dict() if args.costs is not None else {}
-    for flag, name in _COST_FLAGS.items():
-        value = getattr(args, flag, None)
-        if value is not None:
-            base[name] = value
-    return Costs.from_dict(base, where="options")
+    return Costs.from_dict({**base, **_cost_flags().overrides(args)}, where="options")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import argparse
 
+from cmp_bayes.cli.options import DataclassFlags
+from cmp_bayes.model.config import SAMPLERS, SamplerConfig
+
+#: --sampler, --draws, --tune, --chains, --seed, ... from SamplerConfig; the progress bar
+#: keeps its older spelling --no-progress
+_SAMPLER_FLAGS = DataclassFlags(SamplerConfig, exclude=("progressbar",), choices={"sampler": SAMPLERS})
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("log", help="exposure log (directory, steps.jsonl, or Parquet directory)")
     parser.add_argument("-o", "--output", default=None, help="posterior file (default models/<log name>.nc)")
-    parser.add_argument("--sampler", choices=("nutpie", "pymc", "numpyro", "advi"), default=None)
-    parser.add_argument("--draws", type=int, default=None, help="draws per chain (default 1000)")
-    parser.add_argument("--tune", type=int, default=None, help="tuning steps per chain (default 1000)")
-    parser.add_argument("--chains", type=int, default=None, help="chains (default 2)")
-    parser.add_argument("--seed", type=int, default=None, help="random seed (default 0)")
     parser.add_argument("--by", choices=("query",), default=None, help="per-query variant")
     parser.add_argument("--config", default=None, help="TOML file with [model] and [sampler] tables")
     parser.add_argument("--thin", type=int, default=1, help="keep every N-th draw in the saved file")
@@ -27,11 +29,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="with --engine dask: threads (default), synchronous, processes, or a "
         "dask.distributed address such as tcp://host:8786",
     )
+    _SAMPLER_FLAGS.add_to(parser.add_argument_group("sampler (flags override --config's [sampler])"))
 
 
 def run(args: argparse.Namespace) -> int:
-    import dataclasses
-
     import arviz_stats as azs
     import numpy as np
 
@@ -42,17 +43,10 @@ def run(args: argparse.Namespace) -> int:
     from cmp_bayes.posterior.io import save_posterior
 
     cfg = load_config(args.config) if args.config else FitConfig()
-    overrides = {
-        k: v
-        for k, v in {
-            "sampler": args.sampler, "draws": args.draws, "tune": args.tune,
-            "chains": args.chains, "seed": args.seed,
-        }.items()
-        if v is not None
-    }
+    overrides = _SAMPLER_FLAGS.overrides(args)
     if args.no_progress:
         overrides["progressbar"] = False
-    scfg = type(cfg.sampler).from_dict({**dataclasses.asdict(cfg.sampler), **overrides}, source="options")
+    scfg = SamplerConfig.from_dict({**cfg.sampler.to_dict(), **overrides}, source="options")
     if args.engine == "dask":
         if args.by is not None:
             raise ConfigError("--by query needs the whole log in memory: use --engine pandas")
@@ -63,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         if args.scheduler is not None:
             raise ConfigError("--scheduler only applies with --engine dask")
         data = read_log(args.log)
-    tree = fit(data, config=cfg.model, by=args.by, sampler_config=scfg)
+    tree = fit(data, model=cfg.model, sampler=scfg, by=args.by)
     out = save_posterior(tree, args.output or default_output(args.log), thin=args.thin)
     print(f"wrote {out}")
     print(health_line(tree, azs, np))

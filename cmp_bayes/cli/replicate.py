@@ -45,9 +45,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="success gain when all of the query's evidence is in the context (default 0.6)")
     e.add_argument("--reader-noise", type=float, default=0.05,
                    help="sd of the per-step noise on the success probability (default 0.05)")
-    e.add_argument("--draws", type=int, default=500, help="posterior draws per chain (default 500)")
-    e.add_argument("--tune", type=int, default=500, help="tuning steps per chain (default 500)")
-    e.add_argument("--chains", type=int, default=2)
+    from cmp_bayes.replicate.config import EXPERIMENT_SAMPLER as S
+
+    e.add_argument("--draws", type=int, default=S.draws, help=f"posterior draws per chain (default {S.draws})")
+    e.add_argument("--tune", type=int, default=S.tune, help=f"tuning steps per chain (default {S.tune})")
+    e.add_argument("--chains", type=int, default=S.chains, help=f"chains (default {S.chains})")
     e.add_argument("--rank-summary", choices=("median", "best"), default="median",
                    help="the model's rank covariate: a memory's median rank over the logged rankings "
                         "(default) or its best; 'best' suits stores asked many questions (LoCoMo)")
@@ -116,7 +118,11 @@ def run(args: argparse.Namespace) -> int:
         result = measure_positivity(dataset, retriever, sorted(set(args.slots)))
         text_out, json_out = result.to_text(), result.to_json()
     else:
-        from cmp_bayes.replicate.experiment import ExperimentConfig, run_experiment
+        from dataclasses import replace
+
+        from cmp_bayes.model.config import ModelConfig
+        from cmp_bayes.replicate.config import EXPERIMENT_SAMPLER, ExperimentConfig
+        from cmp_bayes.replicate.experiment import run_experiment
 
         config = ExperimentConfig(
             slots=args.slots,
@@ -126,10 +132,8 @@ def run(args: argparse.Namespace) -> int:
             reader_noise=args.reader_noise,
             seed=args.seed,
             fit=not args.no_fit,
-            draws=args.draws,
-            tune=args.tune,
-            chains=args.chains,
-            rank_summary=args.rank_summary,
+            model=ModelConfig(rank_summary=args.rank_summary),
+            sampler=replace(EXPERIMENT_SAMPLER, draws=args.draws, tune=args.tune, chains=args.chains),
             per_query_fit=args.per_query_fit,
         )
         result = run_experiment(dataset, retriever, config, log_out=args.log_out)

@@ -183,8 +183,12 @@ class SamplerConfig:
         ``"nutpie"`` (default), ``"pymc"`` (PyMC's NUTS), ``"numpyro"`` (needs jax and
         numpyro) or ``"advi"`` (mean-field ADVI: fast, but it underestimates posterior
         spread of correlated hyperparameters and has no R-hat; for screening large logs).
-    draws, tune, chains : int
-        Posterior draws and tuning steps per chain; number of chains.
+    draws : int
+        Posterior draws per chain.
+    tune : int
+        Tuning steps per chain.
+    chains : int
+        Number of chains.
     seed : int
         Random seed of everything (sampling, grid draws, predictive draws).
     progressbar : bool

@@ -8,10 +8,12 @@ root attributes of common.md section 4.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import math
 import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import xarray as xr
@@ -26,16 +28,11 @@ MEMORY_VARS: tuple[str, ...] = ("rho", "tau", "utility")
 
 def fit(
     log: ExposureLog | xr.Dataset,
-    config: ModelConfig | None = None,
-    sampler: str = "nutpie",
-    draws: int = 1000,
-    tune: int = 1000,
-    chains: int = 2,
-    seed: int = 0,
-    progressbar: bool = True,
+    model: ModelConfig | None = None,
+    sampler: SamplerConfig | str | None = None,
+    *,
     by: str | None = None,
-    keep_draws: int = 1000,
-    sampler_config: SamplerConfig | None = None,
+    **overrides: Any,
 ) -> xr.DataTree:
     """Fit the hierarchical rho x tau model and return the posterior DataTree.
 
@@ -45,33 +42,43 @@ def fit(
         An exposure log, or a memory-level statistics Dataset as returned by
         ``exposure_stats(log)`` (for scale work; an optional ``memory_group``
         variable over ``memory`` turns on group effects).
-    config : ModelConfig, optional
-        The model (defaults: ``ModelConfig()``).
-    sampler : {"nutpie", "pymc", "numpyro", "advi"}
-    draws, tune, chains : int
-        Per chain.
-    seed : int
-    progressbar : bool
+    model : ModelConfig, optional
+        The model (default ``ModelConfig()``).
+    sampler : SamplerConfig or str, optional
+        How to fit it (default ``SamplerConfig()``). A sampler name, one of
+        :data:`~cmp_bayes.model.config.SAMPLERS`, is shorthand:
+        ``sampler="advi"`` is ``SamplerConfig(sampler="advi")``.
     by : {None, "query"}
         ``"query"`` fits the per-query variant (tau per memory-query pair pooled
         toward the memory's tau; needs an ExposureLog; see
         :mod:`cmp_bayes.model.per_query`).
-    keep_draws : int
-        Most posterior draws kept in total (thinned evenly over chains).
-    sampler_config : SamplerConfig, optional
-        Overrides ``sampler`` ... ``keep_draws`` when given.
+    **overrides
+        Any :class:`~cmp_bayes.model.config.SamplerConfig` field (``draws``,
+        ``tune``, ``chains``, ``seed``, ``progressbar``, ``keep_draws``, ...) for
+        a quick call such as ``fit(log, draws=500, seed=1)``. They are taken
+        by name, not as explicit parameters, so that ``SamplerConfig`` stays the
+        one place where the sampler's settings and defaults are written.
 
     Returns
     -------
     xarray.DataTree
         Groups posterior, prior, posterior_predictive, prior_predictive,
         observed_data, sample_stats, identification (see docs/model.md).
+
+    Raises
+    ------
+    ConfigError
+        An override that contradicts a ``SamplerConfig`` passed as ``sampler``
+        (same field, another value: neither silently wins), an invalid value,
+        or a ``by`` other than None and ``"query"``.
+    TypeError
+        A keyword that is not a ``SamplerConfig`` field.
     """
-    config = config or ModelConfig()
-    scfg = sampler_config or SamplerConfig(
-        sampler=sampler, draws=draws, tune=tune, chains=chains, seed=seed,
-        progressbar=progressbar, keep_draws=keep_draws,
-    )
+    if model is None:
+        model = ModelConfig()
+    elif not isinstance(model, ModelConfig):
+        raise TypeError(f"model must be a ModelConfig, got {type(model).__name__}")
+    scfg = sampler_config(sampler, **overrides)
     if by not in (None, "query"):
         raise ConfigError(f"by must be None or 'query', got {by!r}")
     stats, memory_group, meta = memory_inputs(log)
@@ -82,7 +89,51 @@ def fit(
         from cmp_bayes.statistics import exposure_stats
 
         pair_stats = exposure_stats(log, by="query")
-    return fit_stats(stats, memory_group, config, scfg, meta, pair_stats=pair_stats)
+    return fit_stats(stats, memory_group, model, scfg, meta, pair_stats=pair_stats)
+
+
+def sampler_config(sampler: SamplerConfig | str | None = None, **overrides: Any) -> SamplerConfig:
+    """The :class:`SamplerConfig` that ``fit(log, sampler=sampler, **overrides)`` uses.
+
+    Parameters
+    ----------
+    sampler : SamplerConfig or str, optional
+        A config, a sampler name (``"nutpie"`` is ``SamplerConfig(sampler="nutpie")``)
+        or None (``SamplerConfig()``).
+    **overrides
+        SamplerConfig fields. With a config given, each must equal the config's
+        value; otherwise they build the config.
+
+    Raises
+    ------
+    ConfigError
+        An override that differs from the given config's value (the message
+        names the field), or an invalid value.
+    TypeError
+        An unknown field, or a ``sampler`` of another type.
+    """
+    known = {f.name for f in dataclasses.fields(SamplerConfig)}
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        hint = " (the model is fit(log, model=ModelConfig(...)))" if "config" in unknown else ""
+        raise TypeError(
+            f"fit() got unexpected keyword(s) {', '.join(unknown)}{hint}; "
+            f"sampler settings are {', '.join(sorted(known))}"
+        )
+    if isinstance(sampler, SamplerConfig):
+        clash = [k for k, v in overrides.items() if getattr(sampler, k) != v]
+        if clash:
+            k = clash[0]
+            raise ConfigError(
+                f"fit: {k}={overrides[k]!r} contradicts sampler={type(sampler).__name__}"
+                f"({k}={getattr(sampler, k)!r}); set it in one place"
+            )
+        return sampler
+    if isinstance(sampler, str):
+        overrides = {**overrides, "sampler": sampler}
+    elif sampler is not None:
+        raise TypeError(f"sampler must be a SamplerConfig or a sampler name, got {type(sampler).__name__}")
+    return SamplerConfig(**overrides)
 
 
 def memory_inputs(log: ExposureLog | xr.Dataset) -> tuple[xr.Dataset, np.ndarray | None, dict]:

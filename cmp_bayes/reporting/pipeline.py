@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +21,12 @@ import xarray as xr
 
 from cmp_bayes.atomic import write_text_atomic, write_with
 from cmp_bayes.log.schema import ExposureLog
+from cmp_bayes.model.config import SamplerConfig
 
 #: Sampler settings: the default run, and --quick (half the draws; compiling the model
 #: dominates the time of a small log, so it saves little; 200 draws failed R-hat here).
-DEFAULT_SAMPLING: dict[str, int] = {"draws": 1000, "tune": 1000, "chains": 2}
-QUICK_SAMPLING: dict[str, int] = {"draws": 500, "tune": 500, "chains": 2}
+DEFAULT_SAMPLING: SamplerConfig = SamplerConfig(draws=1000, tune=1000, chains=2)
+QUICK_SAMPLING: SamplerConfig = SamplerConfig(draws=500, tune=500, chains=2)
 DECISIONS_CSV: str = "decisions.csv"
 
 
@@ -106,7 +107,7 @@ def fit_stage(
     from cmp_bayes.model.fit import fit
 
     sampling = QUICK_SAMPLING if quick else DEFAULT_SAMPLING
-    return fit(log, seed=seed, progressbar=progressbar, **sampling)
+    return fit(log, sampler=replace(sampling, seed=seed, progressbar=progressbar))
 
 
 def save_stage(posterior: xr.DataTree, models_dir: str | Path, name: str) -> Path:
@@ -194,7 +195,7 @@ def run_pipeline(
     sampling = QUICK_SAMPLING if quick else DEFAULT_SAMPLING
     echo(
         f"[2/5] fitting {log.memory_ids().size} memories "
-        f"({sampling['chains']} chains x {sampling['draws']} draws, nutpie)"
+        f"({sampling.chains} chains x {sampling.draws} draws, {sampling.sampler})"
     )
     posterior = timed(
         "fit", lambda: fit_stage(log, quick=quick, seed=seed, progressbar=progressbar)

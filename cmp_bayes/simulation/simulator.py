@@ -55,11 +55,16 @@ class SimulationConfig:
     ----------
     memories : int
         Store size (``shared``) or haystack size per query (``per-query``).
-    queries, repeats : int
-        Distinct queries and how often each is asked; ``steps = queries * repeats``.
-    slots, exposure_slots : int
-        ``B`` and ``k``.
+    queries : int
+        Distinct queries.
+    repeats : int
+        How often each query is asked; ``steps = queries * repeats``.
+    slots : int
+        Context slots ``B`` per step.
+    exposure_slots : int
+        Exposure slots ``k`` of the ``B``.
     assignment : {"balanced", "bernoulli"}
+        How exposures are dealt (:class:`~cmp_bayes.design.scheduler.ExposureScheduler`).
     pool_share : float
         Share of the exposable memories put in the exposure pool.
     lexical_gap : float
@@ -75,9 +80,11 @@ class SimulationConfig:
     noise : float
         Sd of the step-level shock of the success probability.
     outcomes : {"binary", "fractional"}
+        Outcome scale: success or failure, or a score in [0, 1].
     concentration : float
         Beta concentration for fractional outcomes.
     store : {"shared", "per-query"}
+        One store for all queries, or a haystack per query.
     churn : float
         Share of memories (shared store) created and deleted during the run.
     ranking_depth : int

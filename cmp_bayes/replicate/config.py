@@ -1,0 +1,137 @@
+"""Settings of the CMP experiment on real stores (:func:`~cmp_bayes.replicate.experiment.run_experiment`).
+
+The model and the sampler are the package's own :class:`ModelConfig` and
+:class:`SamplerConfig`, held whole rather than restated field by field, so every
+setting of the fit can be chosen here and every one travels in the result JSON.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from cmp_bayes.errors import ConfigError
+from cmp_bayes.model.config import ModelConfig, SamplerConfig
+from cmp_bayes.replicate.reader import ReaderModel
+
+#: Label of every result on real stores with simulated answers.
+LABEL = "semi-synthetic"
+
+#: The experiment's sampler: half the package default (500 draws, 500 tuning steps,
+#: 2 chains), no progress bar (it runs inside a batch of experiments).
+EXPERIMENT_SAMPLER: SamplerConfig = SamplerConfig(draws=500, tune=500, chains=2, progressbar=False)
+
+#: Fields of results written before the experiment held whole configs: field -> (config, field)
+_FLAT_KEYS: dict[str, tuple[str, str]] = {
+    "draws": ("sampler", "draws"),
+    "tune": ("sampler", "tune"),
+    "chains": ("sampler", "chains"),
+    "rank_summary": ("model", "rank_summary"),
+}
+
+
+@dataclass(frozen=True)
+class ExperimentConfig:
+    """Settings of the CMP experiment on real stores.
+
+    Attributes
+    ----------
+    slots, exposure_slots : int
+        ``B`` and ``k``.
+    exposures_per_memory : float
+        Target exposures per pool memory (sets each store's steps).
+    reader_gain, reader_noise : float
+        :class:`ReaderModel` ``gain`` and ``noise``.
+    seed : int
+        Seed of everything random (query order, exposures, reader, bootstrap)
+        and of the fit: it replaces ``sampler.seed``, so the experiment has one seed.
+    fit : bool
+        Fit the Bayesian model (the slow part).
+    model : ModelConfig
+        The model of the fit. Its ``rank_summary`` chooses the rank covariate:
+        "best" for stores asked many questions (LoCoMo).
+    sampler : SamplerConfig
+        The sampler of the fit (default :data:`EXPERIMENT_SAMPLER`: 500 draws,
+        500 tuning steps, 2 chains).
+    n_boot : int
+        Bootstrap draws of the AUC intervals.
+    delete_fraction, evict_fraction : float
+        Store randomization settings
+        (:func:`~cmp_bayes.replicate.randomization.block_store_randomization`).
+    n_perturbations : int
+        Random deletions per store.
+    per_query_fit : bool
+        Also fit the per-query variant (``fit(log, by="query")``) and score its
+        posterior mean of tau per (memory, question) pair (needs ``fit``).
+    """
+
+    slots: int = 10
+    exposure_slots: int = 2
+    exposures_per_memory: float = 6.0
+    reader_gain: float = 0.6
+    reader_noise: float = 0.05
+    seed: int = 0
+    fit: bool = True
+    model: ModelConfig = field(default_factory=ModelConfig)
+    sampler: SamplerConfig = EXPERIMENT_SAMPLER
+    n_boot: int = 200
+    delete_fraction: float = 0.1
+    evict_fraction: float = 0.1
+    n_perturbations: int = 20
+    per_query_fit: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.model, ModelConfig):
+            raise ConfigError(f"model must be a ModelConfig, got {type(self.model).__name__}")
+        if not isinstance(self.sampler, SamplerConfig):
+            raise ConfigError(f"sampler must be a SamplerConfig, got {type(self.sampler).__name__}")
+        if not (1 <= self.exposure_slots < self.slots):
+            raise ConfigError(f"need 1 <= exposure_slots < slots, got k={self.exposure_slots}, B={self.slots}")
+        if not self.exposures_per_memory > 0:
+            raise ConfigError("exposures_per_memory must be > 0")
+        if self.per_query_fit and not self.fit:
+            raise ConfigError("per_query_fit needs fit (the per-query model is a second fit)")
+        if self.sampler.seed != self.seed:
+            # frozen: the one seed is written into the sampler so the result JSON shows what ran
+            object.__setattr__(self, "sampler", dataclasses.replace(self.sampler, seed=self.seed))
+
+    @property
+    def reader(self) -> ReaderModel:
+        """The reader model these settings describe."""
+        return ReaderModel(gain=self.reader_gain, noise=self.reader_noise)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict; ``model`` and ``sampler`` are nested dicts of their fields."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["model"] = self.model.to_dict()
+        out["sampler"] = self.sampler.to_dict()
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ExperimentConfig:
+        """Build from :meth:`to_dict`'s output, or from a result written before the
+        experiment held whole configs (flat ``draws``, ``tune``, ``chains``, ``rank_summary``).
+
+        Raises
+        ------
+        ConfigError
+            Unknown keys or invalid values.
+        """
+        data = dict(data)
+        nested: dict[str, dict[str, Any]] = {
+            "model": dict(data.pop("model", None) or {}),
+            "sampler": dict(data.pop("sampler", None) or {}),
+        }
+        for key, (part, name) in _FLAT_KEYS.items():
+            if key in data:
+                nested[part][name] = data.pop(key)
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(f"experiment config: unknown key(s) {unknown}")
+        model = ModelConfig.from_dict(nested["model"], source="experiment config [model]")
+        sampler = SamplerConfig.from_dict(
+            {**EXPERIMENT_SAMPLER.to_dict(), **nested["sampler"]}, source="experiment config [sampler]"
+        )
+        return cls(**data, model=model, sampler=sampler)
