@@ -12,11 +12,12 @@ from functools import partial
 import numpy as np
 import pytest
 import xarray as xr
-from _model_fixtures import SIM_QUERIES, auc, simulated_fit, synthetic_stats
+from _model_fixtures import SIM_QUERIES, auc, simulated_fit
 
 from cmp_bayes.constants import CI_KIND, CI_PROB, IDENTIFIED, UNIDENTIFIED
 from cmp_bayes.errors import ConfigError
 from cmp_bayes.model.config import ModelConfig, SamplerConfig, load_config
+from cmp_bayes.testing import synthetic_stats
 
 
 @pytest.fixture(scope="session")
