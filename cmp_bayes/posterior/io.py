@@ -111,6 +111,18 @@ def load_posterior(path: str | Path) -> xr.DataTree:
     return dt
 
 
+def as_posterior(posterior: xr.DataTree | str | Path) -> xr.DataTree:
+    """A DataTree as given, or the posterior :func:`load_posterior` reads from a path.
+
+    The one loader behind every function that takes "a posterior or its file"
+    (decide, recommend_exposures, report, evaluate). A DataTree is not checked
+    here: each reader checks the groups it reads, with its own message.
+    """
+    if isinstance(posterior, xr.DataTree):
+        return posterior
+    return load_posterior(posterior)
+
+
 def check_posterior(dt: xr.DataTree, where: str = "posterior") -> None:
     """Raise :class:`PosteriorError` unless ``dt`` follows the posterior contract.
 
