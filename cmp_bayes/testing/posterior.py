@@ -11,13 +11,12 @@ it on purpose (``stuck_chain``).
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pandas as pd
 import xarray as xr
 
 from cmp_bayes.constants import IDENTIFIED, RETRIEVED_ONLY, UNIDENTIFIED
+from cmp_bayes.model.config import ModelConfig, SamplerConfig
 from cmp_bayes.posterior.contract import BY_MEMORY, BY_QUERY, MEMORY_SUFFIX, MEMORY_VARS
 
 #: The prior a synthetic memory's tau draws come from when it has no data: a null
@@ -195,8 +194,10 @@ def synthetic_posterior(
     )
     dt.attrs.update(
         cmp_bayes_version=str(cmp_bayes.__version__),
-        model_config=json.dumps({}),
-        sampler_config=json.dumps({"sampler": "synthetic", "chains": chains, "draws": draws}),
+        model_config=ModelConfig().to_json(),
+        sampler_config=SamplerConfig(
+            chains=chains, draws=draws, keep_draws=chains * draws, progressbar=False
+        ).to_json(),
         log_checksum="0" * 64,
         log_path="synthetic",
         outcome_kind="binary",
