@@ -1,6 +1,6 @@
 """Fit time and ESS per second versus the number of memories, per sampler.
 
-Data: synthetic memory-level statistics (tests/_model_fixtures.synthetic_stats:
+Data: synthetic memory-level statistics (cmp_bayes.testing.synthetic_stats:
 6 exposures per pool memory, 400 in-store steps), so the cost measured is the
 model's, not the log reader's. Writes reports/benchmarks/fit.md.
 
@@ -15,17 +15,14 @@ import os
 import platform
 import sys
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 
 def run_one(m: int, sampler: str, draws: int, keep_draws: int) -> dict:
     import arviz_stats as azs
-    from _model_fixtures import synthetic_stats
 
     from cmp_bayes.model.config import SamplerConfig
     from cmp_bayes.model.fit import fit
+    from cmp_bayes.testing import synthetic_stats
 
     stats, _ = synthetic_stats(m, seed=1)
     cfg = SamplerConfig(

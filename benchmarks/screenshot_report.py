@@ -19,7 +19,6 @@ import argparse
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -105,12 +104,10 @@ def _shrink(path: Path) -> None:
 
 
 def _synthetic_report(folder: Path) -> Path:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-    from _report_fixtures import synthetic_posterior
-
     from cmp_bayes.reporting.html import report
+    from cmp_bayes.testing import synthetic_posterior
 
-    return report(synthetic_posterior(), folder)
+    return report(synthetic_posterior(n_memories=24), folder)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,11 +19,8 @@ import os
 import platform
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 
 def one_seed(
@@ -35,10 +32,10 @@ def one_seed(
     ``queries=None`` keeps the preset's number of queries.
     """
     import arviz_stats as azs
-    from _model_fixtures import auc
 
     from cmp_bayes.constants import CI_PROB, IDENTIFIED
     from cmp_bayes.decision.costs import Costs
+    from cmp_bayes.evaluation import auc
     from cmp_bayes.model.config import ModelConfig
     from cmp_bayes.model.fit import fit
     from cmp_bayes.simulation.simulator import SimulationConfig, simulate

@@ -18,19 +18,15 @@ import os
 import platform
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 SIZE = {"memories": 200, "queries": 40, "repeats": 10}
 
 
 def one(seed: int, query_sd: float, draws: int) -> dict:
-    from _model_fixtures import auc
-
     from cmp_bayes.constants import CI_PROB
+    from cmp_bayes.evaluation import auc
     from cmp_bayes.model.config import ModelConfig
     from cmp_bayes.model.fit import fit
     from cmp_bayes.simulation.simulator import SimulationConfig, simulate

@@ -24,7 +24,6 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 PRESET = "locomo-like"
@@ -33,8 +32,7 @@ SUMMARIES = ("median", "best")
 
 def covariate_aucs(seed: int) -> dict[str, float]:
     """AUC of required vs not by each rank summary alone (lower rank = higher score)."""
-    from _model_fixtures import auc
-
+    from cmp_bayes.evaluation import auc
     from cmp_bayes.simulation.simulator import SimulationConfig, simulate
     from cmp_bayes.simulation.truth import memory_truth
     from cmp_bayes.statistics import exposure_stats

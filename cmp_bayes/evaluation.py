@@ -96,23 +96,15 @@ def load_result(result: str | Path | pd.DataFrame | xr.DataTree) -> pd.DataFrame
         if not path.exists():
             raise FileNotFoundError(f"{path}: no such file")
         if path.suffix.lower() in (".nc", ".nc4", ".netcdf", ".h5"):
-            return _from_tree(_load_tree(path), str(path))
+            from cmp_bayes.posterior.io import load_posterior
+
+            return _from_tree(load_posterior(path), str(path))
         try:
             table = pd.read_csv(path, dtype={"memory_id": str, "query_id": str, "group": str})
         except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
             raise ConfigError(f"{path}: not an estimates CSV ({exc})") from exc
         return _from_table(table, str(path))
     return _from_tree(result, "<DataTree>")
-
-
-def _load_tree(path: Path) -> xr.DataTree:
-    try:
-        from cmp_bayes.posterior.io import load_posterior
-    except ImportError:  # the posterior module may not exist yet in a partial checkout
-        import xarray as xr
-
-        return xr.load_datatree(path, engine="h5netcdf")
-    return load_posterior(path)
 
 
 def _from_table(table: pd.DataFrame, name: str) -> pd.DataFrame:

@@ -16,3 +16,36 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def mock_sample(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sampling replaced by ``pymc.testing.mock_sample`` (prior draws stand in for the
+    posterior), for tests where a posterior-shaped object, not a real posterior, is the point.
+
+    Patches ``cmp_bayes.model.sampling.sample_hyper`` (what ``fit`` calls for every
+    sampler: nutpie is called directly, not through ``pm.sample``) and ``pm.sample``;
+    ``sample_stats`` gets an all-False ``diverging``.
+    """
+    import warnings
+    from functools import partial
+
+    import numpy as np
+    import pymc as pm
+    from pymc.testing import mock_sample as pm_mock_sample
+
+    from cmp_bayes.model import sampling
+
+    mock = partial(
+        pm_mock_sample, sample_stats={"diverging": lambda size: np.zeros(size, dtype=bool)}
+    )
+
+    def sample_hyper(model: pm.Model, cfg: sampling.SamplerConfig):  # noqa: ANN202 - as sampling's
+        with warnings.catch_warnings():
+            # prior draws ignore the likelihood Potential: that is the mock's point
+            warnings.filterwarnings("ignore", message="The effect of Potentials")
+            tree = mock(model=model, draws=cfg.draws, chains=cfg.chains, random_seed=cfg.seed)
+        return sampling._groups(tree)
+
+    monkeypatch.setattr(pm, "sample", mock)
+    monkeypatch.setattr(sampling, "sample_hyper", sample_hyper)

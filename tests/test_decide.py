@@ -9,7 +9,6 @@ import numpy as np
 import pandas as pd
 import pytest
 import xarray as xr
-from _posterior_fixtures import memory_table, synthetic_posterior
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -19,6 +18,7 @@ from cmp_bayes.decision.costs import Costs
 from cmp_bayes.decision.preposterior import exposures_to_resolve
 from cmp_bayes.decision.rule import COLUMNS, DecisionWarning, decide
 from cmp_bayes.errors import ConfigError, PosteriorError
+from cmp_bayes.testing import memory_table, synthetic_posterior
 
 quiet = pytest.mark.filterwarnings("ignore::cmp_bayes.decision.rule.DecisionWarning")
 
@@ -215,7 +215,7 @@ def test_unhealthy_posterior_forgets_nothing() -> None:
     assert (decide(synthetic_posterior(mems))["action"] == "forget").all()
     for kwargs, text in [
         ({"divergences": 1}, "divergent"),
-        ({"stuck_chain": True}, "R-hat of w_useful"),
+        ({"stuck_chain": True}, "R-hat of tau_helps_mean"),
     ]:
         with pytest.warns(DecisionWarning, match="no memory forgotten"):
             table = decide(synthetic_posterior(mems, **kwargs))

@@ -15,11 +15,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-import xarray as xr
 
 from cmp_bayes.cli.main import main
 from cmp_bayes.constants import IDENTIFIED, RETRIEVED_ONLY, UNIDENTIFIED
 from cmp_bayes.data import EXAMPLE_NAME, example_log_path, make_example
+from cmp_bayes.posterior.io import load_posterior
 from cmp_bayes.reporting.sections import SECTION_IDS
 
 
@@ -67,14 +67,6 @@ def decisions(demo: dict) -> pd.DataFrame:
     return pd.read_csv(demo["report"] / "decisions.csv", dtype={"memory_id": str})
 
 
-def _load(path: Path) -> xr.DataTree:
-    try:
-        from cmp_bayes.posterior.io import load_posterior
-    except ImportError:
-        return xr.load_datatree(path, engine="h5netcdf")
-    return load_posterior(path)
-
-
 def test_demo_exits_0_and_says_where_everything_went(demo: dict) -> None:
     assert demo["status"] == 0, demo["stdout"][-2000:]
     out = demo["stdout"]
@@ -91,7 +83,7 @@ def test_demo_exits_0_and_says_where_everything_went(demo: dict) -> None:
 def test_posterior_loads_back_with_the_logs_memories(
     demo: dict, example_log, design_status
 ) -> None:
-    dt = _load(demo["posterior"])
+    dt = load_posterior(demo["posterior"])
     for group in (
         "posterior",
         "prior",

@@ -7,16 +7,16 @@ shared by every test here and in test_posterior_io.py.
 from __future__ import annotations
 
 import json
-from functools import partial
 
 import numpy as np
 import pytest
 import xarray as xr
-from _model_fixtures import SIM_QUERIES, auc, simulated_fit, synthetic_stats
+from _model_fixtures import SIM_QUERIES, auc, simulated_fit
 
 from cmp_bayes.constants import CI_KIND, CI_PROB, IDENTIFIED, UNIDENTIFIED
 from cmp_bayes.errors import ConfigError
 from cmp_bayes.model.config import ModelConfig, SamplerConfig, load_config
+from cmp_bayes.testing import synthetic_stats
 
 
 @pytest.fixture(scope="session")
@@ -301,17 +301,10 @@ def test_rao_blackwell_mean_agrees_with_draws(fitted) -> None:
     assert (err <= tol).mean() > 0.99
 
 
-def test_synthetic_stats_dataset_input_and_fractional(monkeypatch) -> None:
+def test_synthetic_stats_dataset_input_and_fractional(mock_sample) -> None:
     # a statistics Dataset with fractional outcomes; sampling mocked (values not the point)
-    import pymc as pm
-    from pymc.testing import mock_sample
-
     from cmp_bayes.model.fit import fit
 
-    monkeypatch.setattr(
-        pm, "sample",
-        partial(mock_sample, sample_stats={"diverging": lambda size: np.zeros(size, dtype=bool)}),
-    )
     stats, _ = synthetic_stats(150, seed=2, outcome_kind="fractional")
     tree = fit(stats, draws=40, chains=1, progressbar=False, keep_draws=20)
     assert tree.attrs["outcome_kind"] == "fractional"
@@ -383,20 +376,13 @@ def test_numpyro_without_jax_is_a_config_error() -> None:
         fit(stats, sampler="numpyro", progressbar=False)
 
 
-def test_cli_fit_writes_a_loadable_posterior(tmp_path, monkeypatch) -> None:
-    # sampling itself is not the point here: pm.sample is mocked by prior draws
-    import pymc as pm
-    from pymc.testing import mock_sample
-
+def test_cli_fit_writes_a_loadable_posterior(tmp_path, monkeypatch, mock_sample) -> None:
+    # sampling itself is not the point here: it is mocked by prior draws
     from cmp_bayes.cli.main import main
     from cmp_bayes.posterior.io import load_posterior
     from cmp_bayes.simulation.simulator import simulate
 
     simulate("tiny", out=tmp_path / "tinylog", seed=1)
-    monkeypatch.setattr(
-        pm, "sample",
-        partial(mock_sample, sample_stats={"diverging": lambda size: np.zeros(size, dtype=bool)}),
-    )
     monkeypatch.chdir(tmp_path)
     rc = main(["fit", str(tmp_path / "tinylog"), "--draws", "20", "--chains", "1", "--no-progress"])
     assert rc == 0
@@ -431,19 +417,12 @@ def test_per_query_likelihood_reduces_to_the_product_of_pairs() -> None:
     assert out[:2].min() > direct[:2].min()
 
 
-def test_per_query_contract(monkeypatch) -> None:
+def test_per_query_contract(mock_sample) -> None:
     # the per-query posterior's layout (sampling mocked: values are not the point)
-    import pymc as pm
-    from pymc.testing import mock_sample
-
     from cmp_bayes.model.fit import fit
     from cmp_bayes.simulation.simulator import SimulationConfig, simulate
     from cmp_bayes.statistics import exposure_stats
 
-    monkeypatch.setattr(
-        pm, "sample",
-        partial(mock_sample, sample_stats={"diverging": lambda size: np.zeros(size, dtype=bool)}),
-    )
     log = simulate(SimulationConfig.preset("longmemeval-like", queries=3, repeats=12), seed=2)
     tree = fit(log, by="query", draws=30, chains=1, progressbar=False)
     assert tree.attrs["by"] == "query"

@@ -11,12 +11,12 @@ from __future__ import annotations
 import numpy as np
 import pytensor
 import pytest
-from _model_fixtures import synthetic_stats
 from scipy.special import betaln
 
 from cmp_bayes.model.build import build_model, model_data, unique_rows
 from cmp_bayes.model.config import ModelConfig
 from cmp_bayes.model.recover import compile_prior_terms, sample_rows
+from cmp_bayes.testing import synthetic_stats
 
 
 @pytest.fixture(scope="module")

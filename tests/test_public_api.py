@@ -70,3 +70,31 @@ def test_public_name_is_the_documented_kind(name: str, kind: str) -> None:
     obj = getattr(cb, name)
     assert (inspect.isfunction(obj) if kind == "function" else inspect.isclass(obj)), name
     assert obj.__doc__ and obj.__doc__.strip()
+
+
+#: The issue's script, in a script's order: Costs (importing cmp_bayes.decision.costs)
+#: before cb.decide is touched, and the posterior from the shipped synthetic builder.
+_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+
+    import cmp_bayes as cb
+    from cmp_bayes.testing import synthetic_posterior
+
+    costs = cb.Costs(forget_cost=20, retain_cost=1, threshold=0.05)
+    path = cb.save_posterior(synthetic_posterior(), Path(sys.argv[1]) / "p.nc")
+    result = cb.decide(cb.load_posterior(path), costs)
+    table = getattr(result, "table", result)
+    print(len(table), table["memory_id"].nunique(), cb.load_posterior(path)["posterior"].sizes["memory"])
+    """
+)
+
+
+def test_the_readme_script_runs_in_a_fresh_interpreter(tmp_path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", _SCRIPT, str(tmp_path)], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows, unique, memories = map(int, proc.stdout.split())
+    assert rows == unique == memories > 0

@@ -9,7 +9,6 @@ import numpy as np
 import pandas as pd
 import pytest
 import xarray as xr
-from _posterior_fixtures import memory_table, synthetic_posterior
 from scipy import integrate, stats
 
 from cmp_bayes.cli.main import main
@@ -18,6 +17,7 @@ from cmp_bayes.decision.costs import Costs
 from cmp_bayes.decision.preposterior import OUTCOME_VAR, expected_loss_after
 from cmp_bayes.decision.recommend import recommend_exposures
 from cmp_bayes.errors import ConfigError
+from cmp_bayes.testing import memory_table, synthetic_posterior
 
 
 @pytest.fixture(scope="module")

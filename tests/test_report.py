@@ -1,6 +1,6 @@
 """The diagnostic report: self-contained HTML, every section, honest health verdicts.
 
-Posteriors here are synthetic (tests/_report_fixtures.py): sampling is not the
+Posteriors here are synthetic (cmp_bayes.testing.synthetic_posterior): sampling is not the
 point. The real fit is exercised by tests/test_demo.py.
 """
 
@@ -16,11 +16,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import xarray as xr
-from _report_fixtures import synthetic_posterior
 
 from cmp_bayes.cli.main import main
 from cmp_bayes.constants import CI_PROB, UNIDENTIFIED
 from cmp_bayes.errors import PosteriorError
+from cmp_bayes.posterior.io import save_posterior
 from cmp_bayes.reporting import plots
 from cmp_bayes.reporting.health import sampler_health
 from cmp_bayes.reporting.html import report
@@ -34,6 +34,7 @@ from cmp_bayes.reporting.sections import (
     ppc_section,
     predictive_coverage,
 )
+from cmp_bayes.testing import synthetic_posterior
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -163,7 +164,8 @@ def test_unidentified_memories_listed_in_both_files(
 
 
 def test_decision_table_matches_decide(posterior: xr.DataTree, written: Path) -> None:
-    rule = pytest.importorskip("cmp_bayes.decision.rule")
+    from cmp_bayes.decision import rule
+
     decisions = rule.decide(posterior)
     md = (written.parent / "summary.md").read_text(encoding="utf-8")
     section = md.split('<a id="decisions"></a>', 1)[1].split("<a id=", 1)[0]
@@ -192,7 +194,7 @@ def test_health_verdict_pass_on_clean_draws(
 
 
 def test_health_verdict_fails_on_divergences() -> None:
-    health = sampler_health(synthetic_posterior(n_memories=8, draws=200, diverging=3))
+    health = sampler_health(synthetic_posterior(n_memories=8, draws=200, divergences=3))
     assert not health.ok
     div = next(c for c in health.checks if c.name == "divergences")
     assert div.ok is False and div.value.startswith("3 of 400") and div.advice
@@ -289,12 +291,7 @@ def test_report_refuses_a_tree_without_posterior(tmp_path: Path) -> None:
 
 
 def _save(dt: xr.DataTree, path: Path) -> None:
-    try:
-        from cmp_bayes.posterior.io import save_posterior
-    except ImportError:
-        dt.to_netcdf(path, engine="h5netcdf")
-    else:
-        save_posterior(dt, path)
+    save_posterior(dt, path)
 
 
 def test_cli_report_writes_both_files(cli_run: tuple[Path, int, str]) -> None:
@@ -345,9 +342,8 @@ def test_cli_report_refuses_a_foreign_netcdf(
 
 def test_forest_on_a_per_query_posterior() -> None:
     """The per-query contract (tau over memory x query, plus tau_memory): the memory-level
-    variable drives the forest plot (the decide engineer's contract fixture is used)."""
-    fixtures = pytest.importorskip("_posterior_fixtures")
-    dt = fixtures.synthetic_posterior(per_query=True)
+    variable drives the forest plot."""
+    dt = synthetic_posterior(per_query=True)
     sec = forest_section(dt, identification_frame(dt))
     assert "tau_memory" in sec.html and len(sec.images) == 1
     n = dt["posterior"].sizes["memory"]

@@ -192,17 +192,21 @@ def test_edited_log_is_recounted():
         assert int(after["retrieved"].sel(memory=m)) == d["retrieved"], m
 
 
-def test_statistics_do_not_start_dask():
+def test_statistics_do_not_start_dask(tmp_path) -> None:
     # xarray imports dask (a second per process) on its first duck-array check where dask
-    # is installed; the pandas engine builds its Dataset without that check
+    # is installed; the pandas engine builds its Dataset without that check. The log is
+    # built here and pickled, so the fresh interpreter needs nothing from tests/.
+    import pickle
     import subprocess
     import sys
 
+    path = tmp_path / "log.pkl"
+    path.write_bytes(pickle.dumps(random_log(1, 8, 4, 2, True, True, True, False)))
     code = (
-        "import sys; sys.path.insert(0, 'tests');"
-        "from _stats_fixtures import random_log;"
+        "import pickle, sys;"
+        f"log = pickle.loads(open({str(path)!r}, 'rb').read());"
         "from cmp_bayes.statistics import exposure_stats;"
-        "[exposure_stats(random_log(1, 8, 4, 2, True, True, True, False), by=b) for b in (None, 'query', 'group')];"
+        "[exposure_stats(log, by=b) for b in (None, 'query', 'group')];"
         "print('dask' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -74,8 +74,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _decision_summary(decisions) -> str:  # noqa: ANN001 - a DataFrame; pandas imported lazily
-    try:
-        from cmp_bayes.cli.decide import summary
-    except ImportError:  # pragma: no cover - decide's CLI absent
-        return decisions[["memory_id", "action", "reason"]].head(10).to_string(index=False)
+    from cmp_bayes.cli.decide import summary
+
     return summary(decisions)

@@ -45,9 +45,9 @@ from cmp_bayes.decision.rule import (
     DecisionWarning,
     MemoryDraws,
     decide,
-    load,
 )
 from cmp_bayes.errors import ConfigError
+from cmp_bayes.posterior.io import as_posterior
 
 _GROUP_ORDER: dict[str, int] = {DEFER: 0, RETAIN: 1, FORGET: 2}
 
@@ -100,7 +100,7 @@ def recommend_exposures(
     if isinstance(draws, bool) or not isinstance(draws, int | np.integer) or draws < 2:
         raise ConfigError(f"draws must be an integer >= 2, got {draws!r}")
     costs = Costs() if costs is None else costs
-    dt = load(posterior)
+    dt = as_posterior(posterior)
     with warnings.catch_warnings():
         # the decisions' own warnings belong to `decide`; here they are in the table
         warnings.simplefilter("ignore", DecisionWarning)

@@ -54,6 +54,7 @@ from cmp_bayes.decision.costs import Costs
 from cmp_bayes.decision.health import Health, memory_rhat, sampler_health
 from cmp_bayes.decision.preposterior import MAX_EXPOSURES, exposures_to_resolve
 from cmp_bayes.errors import PosteriorError
+from cmp_bayes.posterior.io import as_posterior
 
 RETAIN: Final[str] = "retain"
 FORGET: Final[str] = "forget"
@@ -125,7 +126,7 @@ def decide(posterior: xr.DataTree | str | Path, costs: Costs | None = None) -> p
         The posterior lacks a group or variable the rule reads.
     """
     costs = Costs() if costs is None else costs
-    dt = load(posterior)
+    dt = as_posterior(posterior)
     draws = MemoryDraws.from_posterior(dt, costs.estimand)
     health = sampler_health(dt, costs)
 
@@ -303,23 +304,6 @@ class MemoryDraws:
         e = est.transpose("memory", "sample").to_numpy()[:, keep].astype("float64")
         t = tau.transpose("memory", "sample").to_numpy()[:, keep].astype("float64")
         return e, t
-
-
-def load(posterior: xr.DataTree | str | Path) -> xr.DataTree:
-    """A DataTree as given, or read from a NetCDF path (via ``load_posterior`` when available)."""
-    if isinstance(posterior, xr.DataTree):
-        return posterior
-    path = Path(posterior)
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: no such posterior file")
-    try:
-        from cmp_bayes.posterior.io import load_posterior
-    except ImportError:  # the model part may not be installed in this tree yet
-        try:
-            return xr.load_datatree(path, engine="h5netcdf")
-        except (OSError, ValueError) as exc:
-            raise PosteriorError(f"{path}: cannot read as a NetCDF posterior: {exc}") from None
-    return load_posterior(path)
 
 
 def _identification(ds: xr.Dataset, memories: np.ndarray) -> pd.DataFrame:

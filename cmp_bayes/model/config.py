@@ -22,9 +22,12 @@ import json
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from cmp_bayes.errors import ConfigError
+from cmp_bayes.errors import ConfigError, PosteriorError
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 SAMPLERS: tuple[str, ...] = ("nutpie", "pymc", "numpyro", "advi")
 
@@ -172,6 +175,19 @@ class ModelConfig:
         """Build from a dict; unknown keys and bad values raise :class:`ConfigError`."""
         return _from_dict(cls, data, source)
 
+    @classmethod
+    def from_posterior(cls, tree: xr.DataTree) -> ModelConfig:
+        """The model a posterior was fitted with (its ``model_config`` root attribute).
+
+        Raises
+        ------
+        PosteriorError
+            The attribute is missing or not a JSON object.
+        ConfigError
+            It names a key or value this ModelConfig does not accept.
+        """
+        return _from_posterior(cls, tree, "model_config")
+
 
 @dataclass(frozen=True)
 class SamplerConfig:
@@ -249,6 +265,12 @@ class SamplerConfig:
         """Build from a dict; unknown keys and bad values raise :class:`ConfigError`."""
         return _from_dict(cls, data, source)
 
+    @classmethod
+    def from_posterior(cls, tree: xr.DataTree) -> SamplerConfig:
+        """The sampler settings a posterior was fitted with (its ``sampler_config`` root
+        attribute); raises as :meth:`ModelConfig.from_posterior`."""
+        return _from_posterior(cls, tree, "sampler_config")
+
 
 @dataclass(frozen=True)
 class FitConfig:
@@ -278,6 +300,19 @@ def load_config(path: str | Path) -> FitConfig:
         model=ModelConfig.from_dict(data.get("model", {}), source=f"{path} [model]"),
         sampler=SamplerConfig.from_dict(data.get("sampler", {}), source=f"{path} [sampler]"),
     )
+
+
+def _from_posterior(cls: type, tree: xr.DataTree, attr: str) -> Any:
+    where = str(tree.attrs.get("log_path") or "posterior")
+    if attr not in tree.attrs:
+        raise PosteriorError(f"{where}: the posterior has no '{attr}' root attribute")
+    try:
+        data = json.loads(str(tree.attrs[attr]))
+    except json.JSONDecodeError as exc:
+        raise PosteriorError(f"{where}: root attribute '{attr}' is not JSON ({exc})") from exc
+    if not isinstance(data, dict):
+        raise PosteriorError(f"{where}: root attribute '{attr}' is not a JSON object")
+    return _from_dict(cls, data, f"{where} [{attr}]")
 
 
 def _from_dict(cls: type, data: dict[str, Any], source: str) -> Any:

@@ -18,20 +18,15 @@ import xarray as xr
 
 from cmp_bayes.atomic import write_with
 from cmp_bayes.errors import PosteriorError
+from cmp_bayes.posterior.contract import (
+    BY_QUERY,
+    GROUPS,
+    REQUIRED_ATTRS,
+    REQUIRED_GROUPS,
+    compatible,
+    memory_level_vars,
+)
 
-#: Groups every posterior must have.
-REQUIRED_GROUPS: tuple[str, ...] = ("posterior", "identification")
-#: Variables the posterior group must hold, each over at least (chain, draw, memory).
-REQUIRED_VARS: tuple[str, ...] = ("rho", "tau", "utility")
-#: Variables the identification group must hold, over memory.
-REQUIRED_IDENTIFICATION: tuple[str, ...] = (
-    "status", "exposed", "retrieved", "in_store", "contraction", "mean_shift", "propensity",
-)
-#: Root attributes every posterior must carry.
-REQUIRED_ATTRS: tuple[str, ...] = (
-    "cmp_bayes_version", "model_config", "sampler_config", "log_checksum", "log_path",
-    "outcome_kind", "created_at",
-)
 #: Groups with (chain, draw) dims that ``thin`` applies to (sample_stats is kept whole
 #: so that no divergence is lost).
 THINNED_GROUPS: tuple[str, ...] = ("posterior", "prior", "posterior_predictive", "prior_predictive")
@@ -96,8 +91,9 @@ def load_posterior(path: str | Path) -> xr.DataTree:
     Raises
     ------
     PosteriorError
-        The file is not NetCDF/HDF5, or lacks a required group, variable or
-        root attribute (the message names the file and what is missing).
+        The file is not NetCDF/HDF5, was written by an incompatible cmp_bayes
+        version (:func:`check_version`), or lacks a group, variable or root
+        attribute of the contract (the message names the file and what is missing).
     FileNotFoundError
         No such file.
     """
@@ -108,39 +104,89 @@ def load_posterior(path: str | Path) -> xr.DataTree:
         dt = xr.load_datatree(path, engine="h5netcdf")
     except (OSError, ValueError, TypeError) as exc:
         raise PosteriorError(f"{path}: not a readable NetCDF posterior ({_short(exc)})") from exc
+    # the version first: a file from another version is refused for that reason, not
+    # for whatever part of the contract changed since
+    check_version(dt, str(path))
     check_posterior(dt, str(path))
     return dt
 
 
+def as_posterior(posterior: xr.DataTree | str | Path) -> xr.DataTree:
+    """A DataTree as given, or the posterior :func:`load_posterior` reads from a path.
+
+    The one loader behind every function that takes "a posterior or its file"
+    (decide, recommend_exposures, report, evaluate). A DataTree is not checked
+    here: each reader checks the groups it reads, with its own message.
+    """
+    if isinstance(posterior, xr.DataTree):
+        return posterior
+    return load_posterior(posterior)
+
+
 def check_posterior(dt: xr.DataTree, where: str = "posterior") -> None:
-    """Raise :class:`PosteriorError` unless ``dt`` follows the posterior contract."""
+    """Raise :class:`PosteriorError` unless ``dt`` follows the posterior contract.
+
+    Checks every group of :data:`cmp_bayes.posterior.contract.GROUPS` (the
+    required ones must exist; the others, when present, must hold their
+    variables), each variable's dims in the memory-level or per-query form
+    (``by`` root attribute, else a ``query`` dim on ``posterior.tau``), the
+    memory ids of ``identification`` against ``posterior``, and the root
+    attributes. The message names ``where`` (the file) and everything missing.
+    """
     if not isinstance(dt, xr.DataTree):
         raise PosteriorError(f"{where}: expected an xarray.DataTree, got {type(dt).__name__}")
     missing = [g for g in REQUIRED_GROUPS if g not in dt.children]
     if missing:
         raise PosteriorError(f"{where}: not a cmp_bayes posterior: missing group(s) {missing}")
     post = dt["posterior"].to_dataset()
-    missing = [v for v in REQUIRED_VARS if v not in post.data_vars]
-    if missing:
-        raise PosteriorError(f"{where}: group 'posterior' lacks variable(s) {missing}")
-    for v in REQUIRED_VARS:
-        dims = set(post[v].dims)
-        if not {"chain", "draw", "memory"} <= dims:
-            raise PosteriorError(
-                f"{where}: posterior variable '{v}' has dims {post[v].dims}, "
-                "expected at least (chain, draw, memory)"
-            )
+    by = str(dt.attrs.get("by") or ("query" if "query" in getattr(post.get("tau"), "dims", ()) else "memory"))
+    problems: list[str] = []
+    for group in GROUPS:
+        if group.name not in dt.children:
+            continue
+        ds = dt[group.name].to_dataset()
+        lacking = [v for v in group.variables if v not in ds.data_vars]
+        if group.name == "posterior" and by == BY_QUERY:
+            lacking += [v for v in memory_level_vars(by) if v not in ds.data_vars]
+        if lacking:
+            problems.append(f"group '{group.name}' lacks variable(s) {lacking}")
+            continue
+        want = set(group.query_dims if by == BY_QUERY else group.dims)
+        for v in group.variables:
+            if not want <= set(ds[v].dims):
+                problems.append(
+                    f"{group.name} variable '{v}' has dims {ds[v].dims}, expected at least {tuple(sorted(want))}"
+                )
+    if problems:
+        raise PosteriorError(f"{where}: " + "; ".join(problems))
     ident = dt["identification"].to_dataset()
-    missing = [v for v in REQUIRED_IDENTIFICATION if v not in ident.data_vars]
-    if missing:
-        raise PosteriorError(f"{where}: group 'identification' lacks variable(s) {missing}")
     if not np.array_equal(
         np.asarray(ident["memory"].values).astype(str), np.asarray(post["memory"].values).astype(str)
     ):
         raise PosteriorError(f"{where}: 'identification' and 'posterior' disagree on the memory ids")
     missing = [a for a in REQUIRED_ATTRS if a not in dt.attrs]
     if missing:
-        raise PosteriorError(f"{where}: root attribute(s) {missing} missing")
+        lead = "not a cmp_bayes posterior: " if "cmp_bayes_version" in missing else ""
+        raise PosteriorError(f"{where}: {lead}root attribute(s) {missing} missing")
+
+
+def check_version(dt: xr.DataTree, where: str = "posterior") -> None:
+    """Refuse a posterior written by a cmp_bayes version this one cannot read.
+
+    Compatibility is :func:`cmp_bayes.posterior.contract.compatible` (same
+    major; before 1.0 the same minor). A tree without the attribute is left to
+    :func:`check_posterior` (it is not a cmp_bayes posterior at all).
+    """
+    import cmp_bayes
+
+    if "cmp_bayes_version" not in dt.attrs:
+        return
+    written, running = str(dt.attrs["cmp_bayes_version"]), str(cmp_bayes.__version__)
+    if not compatible(written, running):
+        raise PosteriorError(
+            f"{where}: written by cmp_bayes {written}, which this cmp_bayes {running} cannot read "
+            "(the posterior contract may differ); refit the log with this version (cmp-bayes fit LOG)"
+        )
 
 
 def _short(exc: BaseException) -> str:

@@ -20,6 +20,7 @@ import xarray as xr
 from cmp_bayes.atomic import write_text_atomic
 from cmp_bayes.constants import CI_KIND, CI_PROB
 from cmp_bayes.errors import CmpBayesError, PosteriorError
+from cmp_bayes.posterior.io import as_posterior
 
 #: File names inside the report folder.
 INDEX_HTML: str = "index.html"
@@ -66,7 +67,9 @@ def report(
     from cmp_bayes.reporting import sections as sec
     from cmp_bayes.reporting.health import sampler_health
 
-    tree = _load(posterior)
+    tree = as_posterior(posterior)
+    if not isinstance(tree, xr.DataTree) or "posterior" not in tree.children:
+        raise PosteriorError("cannot report: the posterior has no 'posterior' group")
     out_dir = Path(out_dir)
     health = sampler_health(tree)
     hyper = health.hyperparameters
@@ -106,26 +109,9 @@ def report(
     return out_dir / INDEX_HTML
 
 
-def _load(posterior: xr.DataTree | str | Path) -> xr.DataTree:
-    if isinstance(posterior, str | Path):
-        try:
-            from cmp_bayes.posterior.io import load_posterior
-        except ImportError:  # pragma: no cover - until posterior.io lands
-            tree = xr.load_datatree(posterior, engine="h5netcdf")
-        else:
-            tree = load_posterior(posterior)
-    else:
-        tree = posterior
-    if not isinstance(tree, xr.DataTree) or "posterior" not in tree.children:
-        raise PosteriorError("cannot report: the posterior has no 'posterior' group")
-    return tree
-
-
 def _decide(tree: xr.DataTree, costs: Any) -> tuple[pd.DataFrame | None, str]:
-    try:
-        from cmp_bayes.decision.rule import decide
-    except ImportError:
-        return None, "Not computed: the decide module is not installed."
+    from cmp_bayes.decision.rule import decide
+
     try:
         return decide(tree, costs), ""
     except CmpBayesError as exc:

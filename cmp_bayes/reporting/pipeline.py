@@ -19,7 +19,7 @@ from typing import Any
 import pandas as pd
 import xarray as xr
 
-from cmp_bayes.atomic import write_text_atomic, write_with
+from cmp_bayes.atomic import write_text_atomic
 from cmp_bayes.log.schema import ExposureLog
 from cmp_bayes.model.config import SamplerConfig
 
@@ -112,12 +112,9 @@ def fit_stage(
 
 def save_stage(posterior: xr.DataTree, models_dir: str | Path, name: str) -> Path:
     """Write the posterior to ``<models_dir>/<name>.nc`` (atomic NetCDF)."""
-    target = Path(models_dir) / f"{name}.nc"
-    try:
-        from cmp_bayes.posterior.io import save_posterior
-    except ImportError:  # until posterior.io lands: same engine, same atomicity
-        return write_with(target, lambda tmp: posterior.to_netcdf(tmp, engine="h5netcdf"))
-    return Path(save_posterior(posterior, target))
+    from cmp_bayes.posterior.io import save_posterior
+
+    return Path(save_posterior(posterior, Path(models_dir) / f"{name}.nc"))
 
 
 def decide_stage(posterior: xr.DataTree, costs: Any = None) -> pd.DataFrame:

@@ -177,23 +177,16 @@ def identification_scatter(ident: xr.Dataset) -> str:
     return to_data_uri(fig)
 
 
-#: Names of the exposed-arm success count in observed_data / posterior_predictive, preferred first
-#: (the model writes exposed_outcome_sum; older synthetic posteriors exposed_successes).
-EXPOSED_SUM_NAMES: tuple[str, ...] = ("exposed_outcome_sum", "exposed_successes")
-
-
 def exposed_arm(posterior: xr.DataTree) -> tuple[xr.Dataset, xr.Dataset, str] | None:
     """(observed_data, posterior_predictive, name of the exposed success count) or None."""
     if not {"posterior_predictive", "observed_data"} <= set(posterior.children):
         return None
     obs = posterior["observed_data"].to_dataset()
     pp = posterior["posterior_predictive"].to_dataset()
-    if "exposed" not in obs:
+    name = "exposed_outcome_sum"
+    if "exposed" not in obs or name not in obs or name not in pp:
         return None
-    for name in EXPOSED_SUM_NAMES:
-        if name in obs and name in pp:
-            return obs, pp, name
-    return None
+    return obs, pp, name
 
 
 def binary_calibration_tree(posterior: xr.DataTree, seed: int = 0) -> xr.DataTree | None:

@@ -1,0 +1,113 @@
+"""The posterior contract of docs/model.md as data: groups, variables, dims, root attributes.
+
+Everything that writes a posterior (``cmp_bayes.model.fit``, the synthetic
+builder in :mod:`cmp_bayes.testing`) and everything that checks one
+(:func:`cmp_bayes.posterior.io.check_posterior`) reads the names from here, so
+the contract is stated once. The version rule (:func:`compatible`) lives here
+too: which saved posteriors this install can read.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+#: Sample dims of every drawn variable.
+SAMPLE_DIMS: tuple[str, str] = ("chain", "draw")
+#: The per-memory variables of ``posterior`` and ``prior``.
+MEMORY_VARS: tuple[str, ...] = ("rho", "tau", "utility")
+#: Suffix of the memory-level copies of ``MEMORY_VARS`` in a per-query posterior.
+MEMORY_SUFFIX: str = "_memory"
+#: Root attribute ``by`` of each form.
+BY_MEMORY, BY_QUERY = "memory", "query"
+
+
+@dataclass(frozen=True)
+class GroupContract:
+    """What one group of the DataTree holds.
+
+    Attributes
+    ----------
+    name : str
+        The group's name.
+    variables : tuple of str
+        Variables it must hold.
+    dims : tuple of str
+        Dims each of those variables must have (at least), memory-level form.
+    query_dims : tuple of str
+        The same in the per-query form (``by = "query"``).
+    required : bool
+        Whether every posterior has the group; the others may be left out by
+        ``save_posterior(drop_groups=...)`` but, when present, follow the contract.
+    """
+
+    name: str
+    variables: tuple[str, ...]
+    dims: tuple[str, ...]
+    query_dims: tuple[str, ...]
+    required: bool
+
+
+_DRAWN = (*SAMPLE_DIMS, "memory")
+_DRAWN_Q = (*_DRAWN, "query")
+
+#: Every group of the contract, in the order docs/model.md lists them.
+GROUPS: tuple[GroupContract, ...] = (
+    GroupContract("posterior", MEMORY_VARS, _DRAWN, _DRAWN_Q, required=True),
+    GroupContract("prior", MEMORY_VARS, _DRAWN, _DRAWN_Q, required=False),
+    GroupContract("posterior_predictive", ("exposed_outcome_sum",), _DRAWN, _DRAWN_Q, required=False),
+    GroupContract("prior_predictive", ("exposed_outcome_sum",), _DRAWN, _DRAWN_Q, required=False),
+    GroupContract(
+        "observed_data",
+        ("exposed", "exposed_outcome_sum", "control", "control_outcome_sum", "retrieved", "in_store"),
+        ("memory",),
+        ("memory", "query"),
+        required=False,
+    ),
+    GroupContract("sample_stats", ("diverging",), SAMPLE_DIMS, SAMPLE_DIMS, required=False),
+    GroupContract(
+        "identification",
+        (
+            "status", "exposed", "retrieved", "in_store", "contraction", "mean_shift", "propensity",
+            "tau_mean", "tau_sd", "prior_tau_mean", "prior_tau_sd", "p_tau_positive", "p_helps",
+        ),
+        ("memory",),
+        ("memory",),
+        required=True,
+    ),
+)
+#: Group name -> its contract.
+GROUP: dict[str, GroupContract] = {g.name: g for g in GROUPS}
+#: Groups every posterior must have (``save_posterior`` may not drop them).
+REQUIRED_GROUPS: tuple[str, ...] = tuple(g.name for g in GROUPS if g.required)
+#: Root attributes every posterior carries (``model_config`` and ``sampler_config`` are JSON).
+REQUIRED_ATTRS: tuple[str, ...] = (
+    "cmp_bayes_version", "model_config", "sampler_config", "log_checksum", "log_path",
+    "outcome_kind", "created_at", "by", "thin_step",
+)
+
+
+def memory_level_vars(by: str) -> tuple[str, ...]:
+    """The (chain, draw, memory) variables of the posterior in form ``by``."""
+    if by == BY_QUERY:
+        return tuple(v + MEMORY_SUFFIX for v in MEMORY_VARS)
+    return MEMORY_VARS
+
+
+def version_key(version: str) -> tuple[int, int] | None:
+    """(major, minor) of a version string such as ``"0.1.0"``; None if it has none."""
+    match = re.match(r"\s*v?(\d+)\.(\d+)", str(version))
+    return (int(match[1]), int(match[2])) if match else None
+
+
+def compatible(written: str, running: str) -> bool:
+    """Whether a posterior written by cmp_bayes ``written`` can be read by ``running``.
+
+    Semantic versioning: the same major version, and before 1.0 the same minor
+    too (0.x releases may change the contract). A version without a
+    major.minor (unparseable) is compatible with nothing.
+    """
+    w, r = version_key(written), version_key(running)
+    if w is None or r is None:
+        return False
+    return w == r if w[0] == 0 else w[0] == r[0]
