@@ -76,17 +76,20 @@ import xarray as xr
 from cmp_bayes.errors import ConfigError, LogError
 from cmp_bayes.log import validate
 from cmp_bayes.log.codes import Codes, encode
-from cmp_bayes.log.parquet import (
+from cmp_bayes.log.columns import (
     CONTEXT_SPEC,
+    MEMORY_SPEC,
     STEP_SPEC,
-    _check_columns,
-    _read_simple,
+    arrow_list_to_long,
+    check_columns,
     contexts_frame,
     int64_values,
+    read_parquet_table,
+    read_simple_table,
     steps_frame,
     table_columns,
 )
-from cmp_bayes.log.read import _read_design, arrow_list_to_long, log_checksum, read_parquet_table
+from cmp_bayes.log.layout import log_checksum, parquet_files, read_design
 from cmp_bayes.log.schema import MEMORY_COLUMNS
 from cmp_bayes.statistics import (
     ARM_COLS,
@@ -160,13 +163,7 @@ def _first_error(errors: list[PartError | None]) -> PartError | None:
 
 def parts(root: Path, name: str) -> list[Path]:
     """Part files of table ``name``: ``name.parquet`` or ``name/**/*.parquet`` in name order."""
-    single = root / f"{name}.parquet"
-    if single.is_file():
-        return [single]
-    folder = root / name
-    if folder.is_dir():
-        return sorted(x for x in folder.rglob("*.parquet") if x.is_file())
-    return []
+    return parquet_files(root, name) or []
 
 
 def step_range(file: Path) -> Part:
@@ -190,10 +187,7 @@ def step_range(file: Path) -> Part:
 
 
 def _lifetimes(root: Path) -> Lifetimes | None:
-    mem = _read_simple(
-        root, "memories", MEMORY_COLUMNS,
-        {"memory_id": ("str", True), "created_step": ("int", True), "deleted_step": ("int", False), "text": ("str", False)},
-    )
+    mem = read_simple_table(root, "memories", MEMORY_COLUMNS, MEMORY_SPEC)
     if mem is None:
         return None
     dup = mem.duplicated("memory_id").to_numpy()
@@ -283,7 +277,7 @@ def steps_partial(index: int, file: str, by: By, life: Lifetimes | None) -> Step
 def _steps_partial(index: int, file: str, by: By, life: Lifetimes | None) -> StepsPartial:
     table, rows = read_parquet_table([Path(file)])
     n = table.num_rows
-    _check_columns(table, rows, STEP_SPEC)
+    check_columns(table, rows, STEP_SPEC)
     steps = steps_frame(table)
     validate.check_steps(steps, rows)
     sv = steps["step"].to_numpy(np.int64)
@@ -477,7 +471,7 @@ def _contexts_partial(
     n = table.num_rows
     if n == 0:
         return _empty_contexts()
-    _check_columns(table, rows, CONTEXT_SPEC)
+    check_columns(table, rows, CONTEXT_SPEC)
     step = int64_values(table["step"])
     lo, hi = int(step.min()), int(step.max())
     sv, y_of, cell_names, cell_of = _steps_in_range(steps, lo, hi, by)
@@ -598,7 +592,7 @@ def dask_exposure_stats(path: str | Path, by: By = None, scheduler: object | Non
             root / "steps.jsonl"
         ).is_file() else ""
         raise ConfigError(f"{root}: no steps.parquet or steps/ part files{hint}")
-    design = _read_design(root / "design.json")
+    design = read_design(root / "design.json")
     design_file = str(root / "design.json")
     life = _lifetimes(root)
     step_parts = [step_range(f) for f in step_files]
