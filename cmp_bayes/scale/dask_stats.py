@@ -91,26 +91,26 @@ from cmp_bayes.log.columns import (
 )
 from cmp_bayes.log.layout import log_checksum, parquet_files, read_design
 from cmp_bayes.log.schema import MEMORY_COLUMNS
-from cmp_bayes.statistics import (
+from cmp_bayes.statistics.dataset import assemble_dataset, stats_arrays
+from cmp_bayes.statistics.groups import main_group
+from cmp_bayes.statistics.kernels import (
     ARM_COLS,
+    NEVER,
     By,
     arm_sums,
     arrow_strings,
-    assemble_dataset,
     in_store_sums,
     is_binary,
     positions,
     row_outcomes,
     sorted_unique,
     source_arm,
-    stats_arrays,
     to_index,
 )
 
 #: partial results added together per reduce task
 SPLIT_EVERY: int = 8
 
-_NEVER = np.iinfo(np.int64).max
 _EMPTY = pa.array([], pa.large_string())
 _BLANK = pa.array([""], pa.large_string())
 
@@ -198,7 +198,7 @@ def _lifetimes(root: Path) -> Lifetimes | None:
     return Lifetimes(
         memory=ids.take(pa.array(order)),
         created=mem["created_step"].to_numpy(np.int64)[order],
-        deleted=mem["deleted_step"].astype("Int64").fillna(_NEVER).to_numpy(np.int64)[order],
+        deleted=mem["deleted_step"].astype("Int64").fillna(NEVER).to_numpy(np.int64)[order],
     )
 
 
@@ -772,8 +772,8 @@ def fit_statistics(path: str | Path, scheduler: object | None = None) -> xr.Data
 
     The same inputs ``fit(read_log(path))`` derives in memory
     (:func:`cmp_bayes.model.fit.memory_inputs`): ``exposure_stats(path)`` plus,
-    when the log has two or more query groups, a ``memory_group`` variable (the
-    group of the steps at which the memory is in the store most often), and the
+    when the log has two or more named query groups, a ``memory_group`` variable
+    (:func:`cmp_bayes.statistics.groups.main_group`), and the
     attribute ``log_path``. Two passes over the log (memory level, then by group).
 
     Returns
@@ -783,9 +783,8 @@ def fit_statistics(path: str | Path, scheduler: object | None = None) -> xr.Data
     """
     stats = dask_exposure_stats(path, scheduler=scheduler)
     by_group = dask_exposure_stats(path, by="group", scheduler=scheduler)
-    if by_group.sizes["group"] >= 2:
-        steps = by_group["in_store"].transpose("memory", "group")
-        group = np.asarray(by_group["group"].values)[steps.argmax("group").values].astype(str)
+    group = main_group(by_group)
+    if group is not None:
         stats["memory_group"] = ("memory", group)
     stats.attrs["log_path"] = str(path)
     return stats
