@@ -14,7 +14,7 @@ from _scale_fixtures import partitioned_log, rewrite_cell, split_parquet
 from cmp_bayes.errors import ConfigError, LogError
 from cmp_bayes.log.export import write_log
 from cmp_bayes.log.read import log_checksum, read_log
-from cmp_bayes.scale import dask_stats
+from cmp_bayes.scale import contexts_map
 from cmp_bayes.scale.cluster import dask_scheduler
 from cmp_bayes.scale.generate import generate
 from cmp_bayes.statistics import exposure_stats
@@ -71,14 +71,14 @@ def test_aligned_parts_read_one_steps_part(logs, monkeypatch):
     # the memory bound: a contexts part of a step-range partitioned log joins with
     # the steps parts that overlap it, not with the whole steps table
     reads: list[str] = []
-    real = dask_stats._read
+    real = contexts_map.read_part
 
     def spy(file, columns=None, filters=None):
         if filters is not None:
             reads.append(Path(file).name)
         return real(file, columns, filters)
 
-    monkeypatch.setattr(dask_stats, "_read", spy)
+    monkeypatch.setattr(contexts_map, "read_part", spy)
     exposure_stats(logs[(True, 0.0)], engine="dask", scheduler="synchronous")
     assert sorted(reads) == [f"part-{i:03d}.parquet" for i in range(4)]
 
