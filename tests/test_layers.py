@@ -222,3 +222,28 @@ def test_checker_reports_each_component_once(n):
     ring = {f"m{i}": {f"m{(i + 1) % n}": f"m{i}.py:1"} for i in range(n)}
     ring["x"] = {"m0": "x.py:1"}  # leads into the ring but is not on it
     assert find_cycles(ring) == [[*(f"m{i}" for i in range(n)), "m0"]]
+
+
+def reachable(graph: Graph, start: str) -> set[str]:
+    """Every module ``start`` imports, directly or through others."""
+    seen, todo = set(), [start]
+    while todo:
+        for w in graph.get(todo.pop(), {}):
+            if w not in seen:
+                seen.add(w)
+                todo.append(w)
+    return seen
+
+
+def test_statistics_layers_import_downward_only():
+    graph = import_graph(ROOT)
+    # the dispatch imports the Dask engine (lazily); nothing the engine needs imports the dispatch
+    assert "cmp_bayes.scale.dask_stats" in graph["cmp_bayes.statistics"]
+    for engine in ("cmp_bayes.scale.dask_stats", "cmp_bayes.statistics.pandas_engine"):
+        assert "cmp_bayes.statistics" not in reachable(graph, engine), engine
+    # the kernels read no log and build no Dataset; the log layer knows nothing above it
+    below = reachable(graph, "cmp_bayes.statistics.kernels")
+    assert not below & {"cmp_bayes.log.read", "cmp_bayes.log.parquet", "cmp_bayes.statistics.dataset"}
+    for mod in [m for m in graph if m.startswith("cmp_bayes.log.")]:
+        up = {m for m in reachable(graph, mod) if m.startswith(("cmp_bayes.statistics", "cmp_bayes.scale"))}
+        assert not up, (mod, up)
