@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -14,7 +15,7 @@ from _scale_fixtures import partitioned_log, rewrite_cell, split_parquet
 from cmp_bayes.errors import ConfigError, LogError
 from cmp_bayes.log.export import write_log
 from cmp_bayes.log.read import log_checksum, read_log
-from cmp_bayes.scale import dask_stats
+from cmp_bayes.scale import contexts_map
 from cmp_bayes.scale.cluster import dask_scheduler
 from cmp_bayes.scale.generate import generate
 from cmp_bayes.statistics import exposure_stats
@@ -71,14 +72,14 @@ def test_aligned_parts_read_one_steps_part(logs, monkeypatch):
     # the memory bound: a contexts part of a step-range partitioned log joins with
     # the steps parts that overlap it, not with the whole steps table
     reads: list[str] = []
-    real = dask_stats._read
+    real = contexts_map.read_part
 
     def spy(file, columns=None, filters=None):
         if filters is not None:
             reads.append(Path(file).name)
         return real(file, columns, filters)
 
-    monkeypatch.setattr(dask_stats, "_read", spy)
+    monkeypatch.setattr(contexts_map, "read_part", spy)
     exposure_stats(logs[(True, 0.0)], engine="dask", scheduler="synchronous")
     assert sorted(reads) == [f"part-{i:03d}.parquet" for i in range(4)]
 
@@ -204,6 +205,27 @@ def test_fit_statistics_match_memory_inputs(logs):
     np.testing.assert_array_equal(got["memory_group"].values, group)
     xr.testing.assert_identical(got.drop_vars("memory_group").assign_attrs(log_path=""),
                                 stats.assign_attrs(log_path=""))
+
+
+def test_one_named_group_gives_no_main_group_with_either_engine(tmp_path):
+    # one named group and some ungrouped steps: nothing to pool by, whichever engine
+    # computed the statistics (the Dask path used to count "" as a second group)
+    from _scale_fixtures import simulated_log
+
+    from cmp_bayes.model.fit import memory_inputs
+    from cmp_bayes.scale.dask_stats import fit_statistics
+
+    log = simulated_log(4)
+    log.steps["group"] = pd.Series(["g"] * len(log.steps), dtype="string")
+    log.steps.loc[[0, 5, 9], "group"] = None
+    single = write_log(log, tmp_path / "single", format="parquet")
+    path = split_parquet(single, tmp_path / "parts", 3)
+    stats, group, _ = memory_inputs(read_log(path))
+    got = fit_statistics(path)
+    assert group is None
+    assert "memory_group" not in got
+    assert exposure_stats(path, by="group", engine="dask").sizes["group"] == 2  # "" and "g"
+    xr.testing.assert_identical(got.assign_attrs(log_path=""), stats.assign_attrs(log_path=""))
 
 
 def test_first_part_error_whatever_runs_first(logs, tmp_path):

@@ -211,3 +211,48 @@ def test_statistics_do_not_start_dask(tmp_path) -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+# --------------------------------------------------------------------------- a memory's main group
+
+
+def _by_group(in_store: list[list[int]], groups: list[str]):
+    import xarray as xr
+
+    memory = [f"m{i}" for i in range(len(in_store))]
+    return xr.Dataset(
+        {"in_store": (("memory", "group"), np.asarray(in_store, dtype=np.int64))},
+        coords={"memory": memory, "group": groups},
+    )
+
+
+def test_main_group_is_the_group_most_in_store():
+    from cmp_bayes.statistics.groups import main_group
+
+    got = main_group(_by_group([[1, 5, 2], [4, 4, 0], [9, 0, 1]], ["", "a", "b"]))
+    # ties go to the first group in sorted order; the ungrouped steps ("") can win
+    np.testing.assert_array_equal(got, np.array(["a", "", ""]))
+    assert got.dtype.kind == "U"
+
+
+@pytest.mark.parametrize("groups", [["", "a"], ["a"], [""]])
+def test_main_group_needs_two_named_groups(groups):
+    from cmp_bayes.statistics.groups import is_grouped, main_group
+
+    assert not is_grouped(groups)
+    assert main_group(_by_group([[1] * len(groups)], groups)) is None
+    assert is_grouped(["", "a", "b"]) and is_grouped(["a", "b"])
+
+
+def test_memory_inputs_main_group_is_main_group_of_the_stats():
+    from _scale_fixtures import simulated_log
+
+    from cmp_bayes.model.fit import memory_inputs
+    from cmp_bayes.statistics.groups import main_group
+
+    log = simulated_log(3)  # three groups and one ungrouped step
+    _, group, _ = memory_inputs(log)
+    by_group = exposure_stats(log, by="group")
+    np.testing.assert_array_equal(group, main_group(by_group))
+    want = by_group["group"].values[by_group["in_store"].values.argmax(axis=1)]
+    np.testing.assert_array_equal(group, want.astype(str))

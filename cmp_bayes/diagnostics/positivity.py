@@ -202,7 +202,8 @@ def diagnose(log: ExposureLog) -> PositivityReport:
         ``retrieval_check`` (retrieval positivity), each
         ``{"verdict": "passes" | "fails", "rule": ...}``.
     """
-    from cmp_bayes.statistics import _lifetimes, exposure_stats
+    from cmp_bayes.statistics import exposure_stats
+    from cmp_bayes.statistics.pandas_engine import lifetimes
 
     stats = exposure_stats(log)
     qstats = exposure_stats(log, by="query")
@@ -259,7 +260,7 @@ def diagnose(log: ExposureLog) -> PositivityReport:
         },
     }
     if log.rankings is not None:
-        created, deleted = _lifetimes(log, pd.Index(memory))
+        created, deleted = lifetimes(log, pd.Index(memory))
         rank = mem["rank_median"].to_numpy()
         prank = pairs["rank_median"].to_numpy()
         summary["ranking"] = {

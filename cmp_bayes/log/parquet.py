@@ -25,238 +25,47 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pyarrow.types as pat
 
 from cmp_bayes.errors import LogError
 from cmp_bayes.log import validate
-from cmp_bayes.log.codes import Codes, encode, from_dictionary, remember
-from cmp_bayes.log.read import (
-    _parquet_source,
-    _read_design,
+from cmp_bayes.log.codes import Codes, encode, remember
+from cmp_bayes.log.columns import (
+    CONTEXT_SPEC,
+    LABEL_SPEC,
+    MEMORY_SPEC,
+    STEP_SPEC,
     arrow_list_to_long,
+    check_columns,
+    contexts_frame,
+    int64_values,
+    numeric_values,
     read_parquet_table,
+    read_simple_table,
+    steps_frame,
+    table_columns,
 )
+from cmp_bayes.log.layout import is_text, parquet_files, read_design
 from cmp_bayes.log.schema import (
     CONTEXT_COLUMNS,
     LABEL_COLUMNS,
     MEMORY_COLUMNS,
     ExposureLog,
-    coerce,
     empty_frame,
 )
-
-_KIND_CHECKS = {
-    "int": (pat.is_integer, "an integer"),
-    "num": (lambda t: pat.is_integer(t) or pat.is_floating(t), "a number"),
-    "str": (lambda t: pat.is_string(t) or pat.is_large_string(t) or pat.is_dictionary(t), "a string"),
-    "bool": (pat.is_boolean, "a boolean"),
-}
-#: column rules of the steps and contexts tables: name -> (kind, required)
-STEP_SPEC: dict[str, tuple[str, bool]] = {
-    "step": ("int", True),
-    "query_id": ("str", True),
-    "outcome": ("num", True),
-    "group": ("str", False),
-}
-CONTEXT_SPEC: dict[str, tuple[str, bool]] = {
-    "step": ("int", True),
-    "memory_id": ("str", True),
-    "source": ("str", True),
-    "rank": ("int", False),
-    "propensity": ("num", False),
-}
-
-
-def _check_columns(table: pa.Table, rows: validate.Rows, spec: dict[str, tuple[str, bool]]) -> None:
-    """Presence, type and non-null of each column: spec maps name -> (kind, required)."""
-    where = rows.files[0] if rows.files else "?"
-    for name, (kind, required) in spec.items():
-        if name not in table.column_names:
-            if required:
-                raise LogError(where, "missing required column", field=name)
-            continue
-        col = table[name]
-        check, label = _KIND_CHECKS[kind]
-        if not (check(col.type) or pat.is_null(col.type)):
-            raise LogError(where, f"expected {label} column, got {col.type}", field=name)
-        if required and col.null_count:
-            i = int(np.argmax(col.is_null().to_numpy(zero_copy_only=False)))
-            file, row = rows.where(i)
-            raise LogError(file, "missing required value (null)", row=row, field=name)
-
-
-# --------------------------------------------------------------------------- Arrow -> pandas columns
-
-
-def _numbers(col: pa.ChunkedArray, dtype: type) -> tuple[np.ndarray, np.ndarray | None]:
-    """A numeric column's values as one writeable numpy array (one copy, whatever the number
-    of chunks) and its null mask (None without nulls); values under the mask are undefined."""
-    target = pa.from_numpy_dtype(dtype)
-    if col.type != target:
-        col = col.cast(target)
-    n = len(col)
-    values = np.empty(n, dtype=dtype)
-    mask = np.zeros(n, dtype=bool) if col.null_count else None
-    size = np.dtype(dtype).itemsize
-    pos = 0
-    for chunk in col.chunks:  # a loop over record batches, not rows
-        k = len(chunk)
-        data = chunk.buffers()[1]
-        if data is None:
-            values[pos : pos + k] = 0
-        else:
-            values[pos : pos + k] = np.frombuffer(data, dtype=dtype, count=k, offset=chunk.offset * size)
-        if mask is not None and chunk.null_count:
-            mask[pos : pos + k] = chunk.is_null().to_numpy(zero_copy_only=False)
-        pos += k
-    return values, mask
-
-
-def int64_values(col: pa.ChunkedArray) -> np.ndarray:
-    """A non-null integer column as a writeable int64 numpy array."""
-    return _numbers(col, np.int64)[0]
-
-
-def float64_values(col: pa.ChunkedArray) -> np.ndarray:
-    """A non-null numeric column as a writeable float64 numpy array."""
-    return _numbers(col, np.float64)[0]
-
-
-def string_values(col: pa.ChunkedArray | None, n: int) -> tuple[pd.api.extensions.ExtensionArray, Codes | None]:
-    """A string column as the schema's ``"string"`` dtype (pyarrow-backed, no copy of the
-    characters where the column already holds strings) and, for a dictionary column, its codes."""
-    codes = None
-    if col is None or pat.is_null(col.type):
-        col = pa.chunked_array([pa.nulls(n, pa.large_string())])
-    elif pat.is_dictionary(col.type) and _is_text(col.type.value_type):
-        col, codes = from_dictionary(col)
-    elif not pat.is_large_string(col.type):
-        col = col.cast(pa.large_string())
-    if col.num_chunks == 0:
-        col = pa.chunked_array([pa.array([], pa.large_string())])
-    return pd.arrays.ArrowStringArray(col), codes
-
-
-def masked_int64(col: pa.ChunkedArray | None, n: int) -> pd.api.extensions.ExtensionArray:
-    """An optional integer column as ``Int64`` (<NA> for nulls)."""
-    if col is None or pat.is_null(col.type):
-        return pd.arrays.IntegerArray(np.zeros(n, np.int64), np.ones(n, dtype=bool))
-    values, mask = _numbers(col, np.int64)
-    if mask is None:
-        mask = np.zeros(n, dtype=bool)
-    else:
-        values[mask] = 0
-    return pd.arrays.IntegerArray(values, mask)
-
-
-def masked_float64(col: pa.ChunkedArray | None, n: int) -> pd.api.extensions.ExtensionArray:
-    """An optional numeric column as ``Float64``: nulls and NaN become <NA> (as ``astype("Float64")`` does)."""
-    if col is None or pat.is_null(col.type):
-        return pd.arrays.FloatingArray(np.zeros(n, np.float64), np.ones(n, dtype=bool))
-    values, nulls = _numbers(col, np.float64)
-    mask = np.isnan(values)
-    if nulls is not None:
-        mask |= nulls
-    values[mask] = 0.0
-    return pd.arrays.FloatingArray(values, mask)
-
-
-def _is_text(t: pa.DataType) -> bool:
-    return pat.is_string(t) or pat.is_large_string(t)
-
-
-def _col(table: pa.Table, name: str) -> pa.ChunkedArray | None:
-    return table[name] if name in table.column_names else None
-
-
-def steps_frame(table: pa.Table) -> pd.DataFrame:
-    """The steps DataFrame (``STEP_COLUMNS``) of a checked steps table."""
-    n = table.num_rows
-    return pd.DataFrame(
-        {
-            "step": int64_values(table["step"]),
-            "query_id": string_values(table["query_id"], n)[0],
-            "outcome": float64_values(table["outcome"]),
-            "group": string_values(_col(table, "group"), n)[0],
-        },
-        copy=False,
-    )
-
-
-def contexts_frame(
-    cols: dict[str, pa.ChunkedArray], step: np.ndarray, runs: validate.StepRuns, strings: bool = True
-) -> tuple[pd.DataFrame, Codes | None, Codes | None]:
-    """The contexts DataFrame (``CONTEXT_COLUMNS``) of a checked contexts table.
-
-    Parameters
-    ----------
-    cols : dict of pyarrow.ChunkedArray
-        The table's columns ``memory_id``, ``source`` and the optional
-        ``rank``, ``propensity``; each is removed from the dict once converted,
-        so that (the caller holding no other reference) its memory is freed
-        before the next one is built.
-    step : numpy.ndarray, int64, shape (n,)
-        The ``step`` column.
-    runs : StepRuns
-        ``StepRuns.of(step)``; ``slot`` is each row's position among the rows
-        of its step, in table order.
-    strings : bool
-        True: ``memory_id`` and ``source`` as the schema's ``"string"`` dtype.
-        False: the frame leaves them out and only their codes are returned
-        (no string is built), for callers that check the table
-        (:func:`cmp_bayes.log.validate.check_contexts` takes the codes) and
-        aggregate it.
-
-    Returns
-    -------
-    tuple
-        The frame and the codes of ``memory_id`` and ``source`` (with
-        ``strings``: None where the column was not read as a dictionary; the
-        codes are remembered for the frame's columns).
-    """
-    n = len(step)
-    columns: dict[str, object] = {"step": step, "slot": runs.slot()}
-    if strings:
-        columns["memory_id"], mcodes = string_values(cols.pop("memory_id"), n)
-        columns["source"], scodes = string_values(cols.pop("source"), n)
-    else:
-        mcodes = column_codes(cols.pop("memory_id"), n)
-        scodes = column_codes(cols.pop("source"), n)
-    columns["rank"] = masked_int64(cols.pop("rank", None), n)
-    columns["propensity"] = masked_float64(cols.pop("propensity", None), n)
-    frame = pd.DataFrame(columns, copy=False)
-    if strings:
-        for name, codes in (("memory_id", mcodes), ("source", scodes)):
-            if codes is not None:
-                remember(frame[name], codes)
-    return frame, mcodes, scodes
-
-
-def column_codes(col: pa.ChunkedArray, n: int) -> Codes:
-    """The dictionary codes of a string column (from its Parquet dictionary when read as one)."""
-    if pat.is_dictionary(col.type) and _is_text(col.type.value_type):
-        return from_dictionary(col, values=False)[1]
-    return encode(col if not pat.is_null(col.type) else pa.nulls(n, pa.large_string()))
-
-
-def table_columns(table: pa.Table, names: tuple[str, ...]) -> dict[str, pa.ChunkedArray]:
-    """The named columns present in ``table``, as a dict (for :func:`contexts_frame`)."""
-    return {c: table[c] for c in names if c in table.column_names}
-
-
-# --------------------------------------------------------------------------- the reader
 
 
 def read_parquet_log(root: Path) -> ExposureLog:
     """Read a Parquet-form log directory (see module docstring)."""
-    design = _read_design(root / "design.json")
+    design = read_design(root / "design.json")
     design_file = str(root / "design.json")
 
-    files = _parquet_source(root, "steps") or []
+    files = parquet_files(root, "steps") or []
     if not files:
         raise LogError(root / "steps", "no Parquet part files")
     table, rows = read_parquet_table(files)
-    _check_columns(table, rows, STEP_SPEC)
+    check_columns(table, rows, STEP_SPEC)
     steps = steps_frame(table)
     validate.check_steps(steps, rows)
     steps_np = steps["step"].to_numpy()
@@ -268,7 +77,7 @@ def read_parquet_log(root: Path) -> ExposureLog:
         rankings = arrow_list_to_long(rk, steps_np)
         _check_ranking_repeats(rankings, steps_np, rows)
 
-    cfiles = _parquet_source(root, "contexts") or []
+    cfiles = parquet_files(root, "contexts") or []
     if cfiles:
         built = _contexts_by_part(cfiles)
         if built is None:
@@ -278,19 +87,13 @@ def read_parquet_log(root: Path) -> ExposureLog:
     else:
         contexts = empty_frame(CONTEXT_COLUMNS)
 
-    memories = _read_simple(
-        root, "memories", MEMORY_COLUMNS,
-        {"memory_id": ("str", True), "created_step": ("int", True), "deleted_step": ("int", False), "text": ("str", False)},
-    )
+    memories = read_simple_table(root, "memories", MEMORY_COLUMNS, MEMORY_SPEC)
     if memories is not None:
         memories["meta"] = memories["meta"].map(_parse_meta).astype(object)
         dup = memories.duplicated("memory_id").to_numpy()
         if dup.any():
             raise LogError(root / "memories.parquet", "duplicate memory_id", row=int(np.flatnonzero(dup)[0]), field="memory_id")
-    labels = _read_simple(
-        root, "labels", LABEL_COLUMNS,
-        {"query_id": ("str", True), "memory_id": ("str", True), "required": ("bool", True), "utility": ("num", False)},
-    )
+    labels = read_simple_table(root, "labels", LABEL_COLUMNS, LABEL_SPEC)
     return ExposureLog(steps, contexts, rankings, memories, design, labels, source=root)
 
 
@@ -300,7 +103,7 @@ _Built = tuple[pd.DataFrame, Codes | None, Codes | None, validate.StepRuns, vali
 def _contexts_whole(files: list[Path]) -> _Built:
     """The contexts frame from all part files at once (any schema mix, any row order)."""
     ctable, rows = read_parquet_table(files, dictionary=("memory_id", "source"))
-    _check_columns(ctable, rows, CONTEXT_SPEC)
+    check_columns(ctable, rows, CONTEXT_SPEC)
     step = int64_values(ctable["step"])
     runs = validate.StepRuns.of(step)
     if runs.order is not None:
@@ -340,8 +143,6 @@ def _contexts_by_part(files: list[Path]) -> _Built | None:
     across the parts. Anything else returns None, and :func:`_contexts_whole`
     (which also words every error) decides.
     """
-    import pyarrow.parquet as pq
-
     try:
         counts = [pq.ParquetFile(f).metadata.num_rows for f in files]
     except Exception:  # noqa: BLE001 - the whole-table path reports it
@@ -368,7 +169,7 @@ def _contexts_by_part(files: list[Path]) -> _Built | None:
         ):
             return None
         part = slice(at, at + k)
-        step[part], _ = _numbers(t["step"], np.int64)
+        step[part], _ = numeric_values(t["step"], np.int64)
         s = step[part]
         if k and (bool(np.any(s[1:] < s[:-1])) or (last is not None and s[0] < last)):
             return None  # not in step order: the whole-table path sorts
@@ -392,7 +193,7 @@ def _contexts_by_part(files: list[Path]) -> _Built | None:
             if name not in t.column_names:
                 null[part] = True  # optional column absent from this part: all null
                 continue
-            values[part], mask = _numbers(t[name], dtype)
+            values[part], mask = numeric_values(t[name], dtype)
             if mask is not None:
                 null[part] = mask
         at += k
@@ -432,7 +233,7 @@ def _plain_contexts_schema(schema: pa.Schema) -> bool:
     if any(c not in names for c in ("step", "memory_id", "source")):
         return False
     ok = pat.is_integer(schema.field("step").type) and all(
-        pat.is_dictionary(schema.field(c).type) and _is_text(schema.field(c).type.value_type)
+        pat.is_dictionary(schema.field(c).type) and is_text(schema.field(c).type.value_type)
         for c in ("memory_id", "source")
     )
     if "rank" in names:
@@ -462,17 +263,4 @@ def _parse_meta(v: object) -> object:
     return v
 
 
-def _read_simple(
-    root: Path, name: str, columns: dict[str, str], spec: dict[str, tuple[str, bool]]
-) -> pd.DataFrame | None:
-    files = _parquet_source(root, name)
-    if not files:
-        return None
-    table, rows = read_parquet_table(files)
-    _check_columns(table, rows, spec)
-    frame = pd.DataFrame({c: table[c].to_pandas() for c in table.column_names})
-    return coerce(frame, columns)
-
-
-__all__ = ["CONTEXT_SPEC", "STEP_SPEC", "contexts_frame", "read_parquet_log", "steps_frame"]
-
+__all__ = ["read_parquet_log"]

@@ -1,20 +1,14 @@
 """Read an exposure log in any of the spec's three forms, rejecting what breaks it.
 
-Forms (``shared/spec/exposure-log.md``):
-
-* a directory with ``steps.jsonl`` (and optional ``design.json``,
-  ``memories.jsonl``, ``labels.jsonl``);
-* a single ``steps.jsonl`` file (a system without CMP);
-* a directory with ``steps.parquet`` / ``contexts.parquet`` (or folders
-  ``steps/`` / ``contexts/`` of part files), ``design.json``,
-  ``memories.parquet``, ``labels.parquet``.
-
-Nothing is ever written to the input.
+The forms and the files each holds: :mod:`cmp_bayes.log.layout`. This module
+reads the JSONL form and hands the Parquet form to
+:func:`cmp_bayes.log.parquet.read_parquet_log`; either way the memories'
+lifetimes are checked against the contexts here. Nothing is ever written to
+the input.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import warnings
@@ -23,13 +17,13 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from cmp_bayes.errors import LogError, TornLineWarning
 from cmp_bayes.log import validate
 from cmp_bayes.log.codes import encode
+from cmp_bayes.log.layout import log_checksum, log_form, read_design
+from cmp_bayes.log.parquet import read_parquet_log
 from cmp_bayes.log.schema import (
     CONTEXT_COLUMNS,
     LABEL_COLUMNS,
@@ -40,20 +34,8 @@ from cmp_bayes.log.schema import (
     coerce,
 )
 
-LOG_FILES = (
-    "steps.jsonl",
-    "design.json",
-    "memories.jsonl",
-    "labels.jsonl",
-    "steps.parquet",
-    "contexts.parquet",
-    "memories.parquet",
-    "labels.parquet",
-    "steps",
-    "contexts",
-    "memories",
-    "labels",
-)
+# log_checksum is re-exported: cmp_bayes.log_checksum has always lived at this path
+__all__ = ["log_checksum", "read_log"]
 
 
 def read_log(path: str | Path) -> ExposureLog:
@@ -84,69 +66,25 @@ def read_log(path: str | Path) -> ExposureLog:
     p = Path(path)
     if not p.exists():
         raise LogError(p, "no such file or directory")
-    if p.is_file():
+    form = log_form(p)
+    if form == "steps-file":
         steps, contexts, rankings = _read_steps_jsonl(p, design=None, design_file="design.json")
         log = ExposureLog(steps=steps, contexts=contexts, rankings=rankings, source=p)
-    elif (p / "steps.jsonl").is_file():
-        design = _read_design(p / "design.json")
+    elif form == "jsonl":
+        design = read_design(p / "design.json")
         steps, contexts, rankings = _read_steps_jsonl(
             p / "steps.jsonl", design=design, design_file=str(p / "design.json")
         )
         memories = _read_jsonl_table(p / "memories.jsonl", _memory_record, MEMORY_COLUMNS)
         labels = _read_jsonl_table(p / "labels.jsonl", _label_record, LABEL_COLUMNS)
         log = ExposureLog(steps, contexts, rankings, memories, design, labels, source=p)
-    elif _parquet_source(p, "steps") is not None:
-        from cmp_bayes.log.parquet import read_parquet_log
-
+    elif form == "parquet":
         log = read_parquet_log(p)
     else:
         raise LogError(p, "not an exposure log: no steps.jsonl, steps.parquet or steps/ found")
     _check_memories(log)
     log.checksum = log_checksum(p)
     return log
-
-
-def log_checksum(path: str | Path) -> str:
-    """SHA-256 of a log: every log file's relative path and bytes, in sorted order.
-
-    Identifies the exact input a posterior was fitted on. For a directory only
-    the spec's files (and part files under its folders) take part, so unrelated
-    files beside them do not change it.
-    """
-    p = Path(path)
-    h = hashlib.sha256()
-    files = [p] if p.is_file() else sorted(_log_files(p))
-    for f in files:
-        rel = f.name if p.is_file() else f.relative_to(p).as_posix()
-        h.update(rel.encode() + b"\0")
-        with f.open("rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
-        h.update(b"\0")
-    return "sha256:" + h.hexdigest()
-
-
-def _log_files(root: Path) -> list[Path]:
-    out = []
-    for name in LOG_FILES:
-        f = root / name
-        if f.is_file():
-            out.append(f)
-        elif f.is_dir():
-            out.extend(x for x in f.rglob("*.parquet") if x.is_file())
-    return out
-
-
-def _parquet_source(root: Path, name: str) -> list[Path] | None:
-    """The Parquet file(s) of table ``name``: ``name.parquet`` or the part files in ``name/``."""
-    single = root / f"{name}.parquet"
-    if single.is_file():
-        return [single]
-    folder = root / name
-    if folder.is_dir():
-        parts = sorted(x for x in folder.rglob("*.parquet") if x.is_file())
-        return parts
-    return None
 
 
 # --------------------------------------------------------------------------- JSONL
@@ -312,18 +250,6 @@ def _read_steps_jsonl(
     return steps, contexts, rankings
 
 
-def _read_design(file: Path) -> dict[str, Any] | None:
-    if not file.is_file():
-        return None
-    try:
-        obj = json.loads(file.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise LogError(file, f"malformed JSON: {exc.msg}", line=exc.lineno) from None
-    except UnicodeDecodeError as exc:
-        raise LogError(file, f"not valid UTF-8 ({exc.reason})") from None
-    return validate.check_design(obj, str(file))
-
-
 def _memory_record(obj: dict, file: Path, line: int) -> dict[str, Any]:
     mid = _need(obj, "memory_id", file, line)
     if not isinstance(mid, str):
@@ -421,62 +347,3 @@ def _context_file(log: ExposureLog) -> str:
         return str(src)
     return str(src / "steps.jsonl") if (src / "steps.jsonl").exists() else str(src / "contexts.parquet")
 
-
-# helpers used by the Parquet reader
-def arrow_list_to_long(col: pa.ChunkedArray | pa.Array, steps: np.ndarray) -> pd.DataFrame:
-    """Explode a list<string> ranking column into the long rankings table (``RANKING_COLUMNS``).
-
-    ``steps[i]`` is the step of list ``i``; ``rank`` is the 0-based position in the list.
-    """
-    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    flat = pc.list_flatten(arr)
-    parents = pc.list_parent_indices(arr).to_numpy()
-    lengths = pc.list_value_length(arr).fill_null(0).to_numpy()
-    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-    rank = np.arange(len(flat), dtype=np.int64) - np.repeat(starts, lengths)
-    if not pa.types.is_large_string(flat.type):
-        flat = flat.cast(pa.large_string())
-    return pd.DataFrame(
-        {
-            "step": np.asarray(steps, dtype=np.int64)[parents],
-            "rank": rank,
-            "memory_id": pd.arrays.ArrowStringArray(pa.chunked_array([flat])),
-        },
-        copy=False,
-    )
-
-
-def read_parquet_table(
-    files: list[Path], dictionary: tuple[str, ...] = ()
-) -> tuple[pa.Table, validate.Rows]:
-    """Concatenate part files; return the table and where each row came from.
-
-    Columns named in ``dictionary`` that are strings in a file are read as
-    dictionary<string> straight from the Parquet dictionary pages (no string
-    is decoded twice; see :func:`cmp_bayes.log.codes.from_dictionary`).
-    """
-    tables = []
-    for f in files:
-        try:
-            as_dict = None
-            if dictionary:
-                schema = pq.read_schema(f)
-                as_dict = [c for c in dictionary if c in schema.names and _is_text(schema.field(c).type)] or None
-            t = pq.read_table(f, read_dictionary=as_dict)
-        except (pa.ArrowInvalid, OSError) as exc:
-            raise LogError(f, f"not a readable Parquet file ({exc})") from None
-        tables.append(t)
-    rows = validate.Rows.parts(files, [t.num_rows for t in tables])
-    if not tables:
-        return pa.table({}), rows
-    try:
-        table = pa.concat_tables(tables, promote_options="permissive")
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-        if dictionary:  # a mix of string and dictionary columns: read them as strings throughout
-            return read_parquet_table(files)
-        raise LogError(files[0].parent, f"part files have incompatible schemas ({exc})") from None
-    return table, rows
-
-
-def _is_text(t: pa.DataType) -> bool:
-    return pa.types.is_string(t) or pa.types.is_large_string(t)

@@ -149,14 +149,11 @@ def memory_inputs(log: ExposureLog | xr.Dataset) -> tuple[xr.Dataset, np.ndarray
     if not isinstance(log, ExposureLog):
         raise ConfigError(f"fit needs an ExposureLog or a statistics Dataset, got {type(log).__name__}")
     from cmp_bayes.statistics import exposure_stats
+    from cmp_bayes.statistics.groups import is_grouped, main_group
 
     stats = exposure_stats(log)
-    group = None
-    if len(log.group_ids()) >= 2:
-        by_group = exposure_stats(log, by="group")
-        # a memory's main group: the group of the queries it is in the store for most often
-        steps = by_group["in_store"].transpose("memory", "group")
-        group = np.asarray(by_group["group"].values)[steps.argmax("group").values].astype(str)
+    # the second pass over the log only when there are groups to find
+    group = main_group(exposure_stats(log, by="group")) if is_grouped(log.group_ids()) else None
     meta = {
         "log_checksum": str(log.checksum or stats.attrs.get("log_checksum", "") or ""),
         "log_path": str(log.source or ""),

@@ -20,10 +20,14 @@ engine), computed without ever holding the log in memory:
   assembly code as the pandas engine.
 
 Every map task is whole-column numpy / pyarrow work, the same code as the
-pandas engine (:mod:`cmp_bayes.log.validate`, :mod:`cmp_bayes.log.parquet`,
-:mod:`cmp_bayes.statistics`): ids are read as Parquet dictionary codes and
+pandas engine (:mod:`cmp_bayes.log.validate`, :mod:`cmp_bayes.log.columns`,
+:mod:`cmp_bayes.statistics.kernels`, :mod:`cmp_bayes.statistics.dataset`): ids are read as Parquet dictionary codes and
 summed per distinct id with ``numpy.bincount``; no Python loop runs over rows,
 steps, memories or cells (only over part files and partial results).
+
+Modules: :mod:`cmp_bayes.scale.parts` (inputs), :mod:`cmp_bayes.scale.steps_map`
+and :mod:`cmp_bayes.scale.contexts_map` (the two maps and their combines); this
+module builds the graph, reduces and assembles.
 
 The join and its memory bound. A contexts part needs the outcome and cell of
 the steps it names. It reads only the rows of the ``steps/`` parts whose
@@ -61,490 +65,30 @@ order (each part's own rules in the reader's order).
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
-import pyarrow.types as pat
 import xarray as xr
 
 from cmp_bayes.errors import ConfigError, LogError
 from cmp_bayes.log import validate
-from cmp_bayes.log.codes import Codes, encode
-from cmp_bayes.log.parquet import (
-    CONTEXT_SPEC,
-    STEP_SPEC,
-    _check_columns,
-    _read_simple,
-    contexts_frame,
-    int64_values,
-    steps_frame,
-    table_columns,
+from cmp_bayes.log.layout import log_checksum, read_design
+from cmp_bayes.scale.contexts_map import (
+    ContextsPartial,
+    combine_contexts,
+    contexts_partial,
+    empty_contexts,
 )
-from cmp_bayes.log.read import _read_design, arrow_list_to_long, log_checksum, read_parquet_table
-from cmp_bayes.log.schema import MEMORY_COLUMNS
-from cmp_bayes.statistics import (
-    ARM_COLS,
-    By,
-    arm_sums,
-    arrow_strings,
-    assemble_dataset,
-    in_store_sums,
-    is_binary,
-    positions,
-    row_outcomes,
-    sorted_unique,
-    source_arm,
-    stats_arrays,
-    to_index,
-)
+from cmp_bayes.scale.parts import BLANK, Lifetimes, parts, read_lifetimes, remap, step_range
+from cmp_bayes.scale.steps_map import RankCounts, StepsPartial, combine_steps, steps_partial
+from cmp_bayes.statistics.dataset import assemble_dataset, stats_arrays
+from cmp_bayes.statistics.groups import main_group
+from cmp_bayes.statistics.kernels import ARM_COLS, By, positions, sorted_unique, to_index
 
 #: partial results added together per reduce task
 SPLIT_EVERY: int = 8
-
-_NEVER = np.iinfo(np.int64).max
-_EMPTY = pa.array([], pa.large_string())
-_BLANK = pa.array([""], pa.large_string())
-
-
-# --------------------------------------------------------------------------- inputs
-
-
-@dataclass(frozen=True)
-class Part:
-    """One Parquet part file and the range of steps it holds (None: unknown)."""
-
-    file: str
-    lo: int | None
-    hi: int | None
-
-
-@dataclass(frozen=True)
-class Lifetimes:
-    """The memories file, over the sorted memory index: created / deleted (exclusive) steps."""
-
-    memory: pa.Array  # (M,) large_string, sorted, distinct
-    created: np.ndarray  # (M,) int64
-    deleted: np.ndarray  # (M,) int64, int64 max = never
-
-
-@dataclass(frozen=True)
-class PartError:
-    """A part's first violation, carried through the reduce as data (a plain record: it pickles
-    for any scheduler), so that the error reported is the first part's, whatever ran first."""
-
-    part: int
-    file: str
-    message: str
-    line: int | None
-    row: int | None
-    field: str | None
-
-    @classmethod
-    def of(cls, part: int, err: LogError) -> PartError:
-        return cls(part, err.file, err.message, err.line, err.row, err.field)
-
-    def error(self) -> LogError:
-        return LogError(self.file, self.message, line=self.line, row=self.row, field=self.field)
-
-
-def _first_error(errors: list[PartError | None]) -> PartError | None:
-    found = [e for e in errors if e is not None]
-    return min(found, key=lambda e: e.part) if found else None
-
-
-def parts(root: Path, name: str) -> list[Path]:
-    """Part files of table ``name``: ``name.parquet`` or ``name/**/*.parquet`` in name order."""
-    single = root / f"{name}.parquet"
-    if single.is_file():
-        return [single]
-    folder = root / name
-    if folder.is_dir():
-        return sorted(x for x in folder.rglob("*.parquet") if x.is_file())
-    return []
-
-
-def step_range(file: Path) -> Part:
-    """The part's step range from its footer statistics (no data pages read)."""
-    try:
-        meta = pq.ParquetFile(file).metadata
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise LogError(file, f"not a readable Parquet file ({exc})") from None
-    names = meta.schema.names
-    if "step" not in names:
-        raise LogError(file, "missing required column", field="step")
-    col = names.index("step")
-    lo = hi = None
-    for g in range(meta.num_row_groups):
-        st = meta.row_group(g).column(col).statistics
-        if st is None or not st.has_min_max:
-            return Part(str(file), None, None)
-        lo = st.min if lo is None else min(lo, st.min)
-        hi = st.max if hi is None else max(hi, st.max)
-    return Part(str(file), None if lo is None else int(lo), None if hi is None else int(hi))
-
-
-def _lifetimes(root: Path) -> Lifetimes | None:
-    mem = _read_simple(
-        root, "memories", MEMORY_COLUMNS,
-        {"memory_id": ("str", True), "created_step": ("int", True), "deleted_step": ("int", False), "text": ("str", False)},
-    )
-    if mem is None:
-        return None
-    dup = mem.duplicated("memory_id").to_numpy()
-    if dup.any():
-        raise LogError(root / "memories.parquet", "duplicate memory_id", row=int(np.flatnonzero(dup)[0]), field="memory_id")
-    ids = pa.array(mem["memory_id"].astype(str).to_numpy(dtype=object), pa.large_string())
-    order = pc.sort_indices(ids).to_numpy()
-    return Lifetimes(
-        memory=ids.take(pa.array(order)),
-        created=mem["created_step"].to_numpy(np.int64)[order],
-        deleted=mem["deleted_step"].astype("Int64").fillna(_NEVER).to_numpy(np.int64)[order],
-    )
-
-
-def _cell_codes(table: pa.Table, by: By) -> tuple[pa.Array, np.ndarray]:
-    """Each step row's cell, as (distinct cell names, code per row): query id, group ("" for none) or ""."""
-    n = table.num_rows
-    if by is None or (by == "group" and "group" not in table.column_names):
-        return (_BLANK if n else _EMPTY), np.zeros(n, dtype=np.int64)
-    codes = encode(table["query_id" if by == "query" else "group"])
-    # a null query id is an error the steps part reports; meanwhile it is the cell ""
-    if codes.has_null():
-        names = sorted_unique(codes.dictionary, _BLANK)
-        blank = int(positions(_BLANK, names)[0])
-        return names, codes.lookup(positions(codes.dictionary, names), blank)
-    return codes.dictionary, codes.indices.astype(np.int64)
-
-
-def _read(file: str, columns: list[str] | None = None, filters: Any = None) -> pa.Table:
-    try:
-        return pq.read_table(file, columns=columns, filters=filters)
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise LogError(file, f"not a readable Parquet file ({exc})") from None
-
-
-def _remap(names: pa.Array, union: pa.Array, idx: np.ndarray) -> np.ndarray:
-    """Positions ``idx`` into ``names`` as positions into ``union`` (which holds every name)."""
-    return positions(names, union)[idx] if len(idx) else np.zeros(0, np.int64)
-
-
-# --------------------------------------------------------------------------- steps map
-
-
-@dataclass
-class StepsPartial:
-    """What the steps parts contribute; added by :func:`combine_steps`.
-
-    Cells are named by ``cell_names``; the per-cell arrays are over it.
-    """
-
-    meta: list[tuple[int, str, int, int, int]] = field(default_factory=list)  # (part, file, n, first, last)
-    binary: bool = True
-    cell_names: pa.Array = field(default_factory=lambda: _EMPTY)
-    cell_count: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    cell_sum: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    cell_sumsq: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    store: np.ndarray | None = None  # (3, M, cells): with a memories file
-    # by="query": each query's first step and its group there
-    query_names: pa.Array | None = None
-    query_first: np.ndarray | None = None
-    query_group: pa.Array | None = None
-    ranks: RankCounts | None = None
-    error: PartError | None = None  # the first part (in file order) that broke a rule
-
-
-@dataclass
-class RankCounts:
-    """Rankings as counts per (memory, cell, rank): positions into ``memory`` and ``cells``."""
-
-    memory: pa.Array
-    cells: pa.Array
-    mem_idx: np.ndarray
-    cell_idx: np.ndarray
-    rank: np.ndarray
-    count: np.ndarray
-
-
-def steps_partial(index: int, file: str, by: By, life: Lifetimes | None) -> StepsPartial:
-    """Validate one steps part and return its contribution (see module docstring); a part
-    that breaks a rule contributes its error instead."""
-    try:
-        return _steps_partial(index, file, by, life)
-    except LogError as err:
-        return StepsPartial(meta=[(index, file, 0, 0, 0)], error=PartError.of(index, err))
-
-
-def _steps_partial(index: int, file: str, by: By, life: Lifetimes | None) -> StepsPartial:
-    table, rows = read_parquet_table([Path(file)])
-    n = table.num_rows
-    _check_columns(table, rows, STEP_SPEC)
-    steps = steps_frame(table)
-    validate.check_steps(steps, rows)
-    sv = steps["step"].to_numpy(np.int64)
-    y = steps["outcome"].to_numpy(np.float64)
-    names, cell = _cell_codes(table, by)
-    nc = len(names)
-    out = StepsPartial(
-        meta=[(index, file, n, int(sv[0]) if n else 0, int(sv[-1]) if n else 0)],
-        binary=is_binary(y),
-        cell_names=names,
-        cell_count=np.bincount(cell, minlength=nc).astype(np.int64),
-        cell_sum=np.bincount(cell, weights=y, minlength=nc),
-        cell_sumsq=np.bincount(cell, weights=y * y, minlength=nc),
-    )
-    if life is not None and nc:
-        out.store = np.stack(in_store_sums(sv, y, cell, nc, life.created, life.deleted)).astype(np.float64)
-    if by == "query" and n:
-        q = encode(table["query_id"])
-        _, first = np.unique(q.indices, return_index=True)  # first row of each query in this part
-        out.query_names = q.dictionary.take(pa.array(q.indices[first]))
-        out.query_first = sv[first]
-        out.query_group = arrow_strings(steps["group"]).take(pa.array(first)).fill_null("")
-    out.ranks = _rank_counts(table, names, cell, rows)
-    return out
-
-
-def _rank_counts(table: pa.Table, cells: pa.Array, cell: np.ndarray, rows: validate.Rows) -> RankCounts | None:
-    """Counts per (memory, cell, rank) of the part's rankings (first listing per step only)."""
-    if "ranking" not in table.column_names or table["ranking"].null_count == table.num_rows:
-        return None
-    rk = table["ranking"]
-    if not (pat.is_list(rk.type) or pat.is_large_list(rk.type)):
-        raise LogError(rows.files[0], f"expected a list<string> column, got {rk.type}", field="ranking")
-    long = arrow_list_to_long(rk, np.arange(table.num_rows))  # "step" = row in this part
-    if long.empty:
-        return None
-    row = long["step"].to_numpy(np.int64)
-    codes = encode(long["memory_id"])
-    if validate.StepRuns.of(row).any_repeat(codes.indices):
-        dup = long.duplicated(["step", "memory_id"]).to_numpy()
-        file, r = rows.where(int(row[np.argmax(dup)]))
-        raise LogError(file, "a memory appears twice in the ranking", row=r, field="ranking")
-    rank = long["rank"].to_numpy(np.int64)
-    listed = codes.indices >= 0  # a null in a ranking names no memory (as in the pandas engine)
-    if not listed.all():
-        row, rank, codes = row[listed], rank[listed], Codes(codes.indices[listed], codes.dictionary)
-        if len(row) == 0:
-            return None
-    nc, width = max(len(cells), 1), int(rank.max()) + 1
-    key = (codes.indices.astype(np.int64) * nc + cell[row]) * width + rank
-    uniq, count = np.unique(key, return_counts=True)
-    return RankCounts(
-        codes.dictionary, cells, uniq // width // nc, uniq // width % nc, uniq % width, count.astype(np.int64)
-    )
-
-
-def combine_ranks(*partials: RankCounts | None) -> RankCounts | None:
-    """Add rank counts (any number, any order)."""
-    ps = [p for p in partials if p is not None]
-    if len(ps) <= 1:
-        return ps[0] if ps else None
-    memory = pc.unique(pa.concat_arrays([p.memory for p in ps]))
-    cells = pc.unique(pa.concat_arrays([p.cells for p in ps]))
-    mi = np.concatenate([_remap(p.memory, memory, p.mem_idx) for p in ps])
-    ci = np.concatenate([_remap(p.cells, cells, p.cell_idx) for p in ps])
-    rank = np.concatenate([p.rank for p in ps])
-    width, nc = int(rank.max()) + 1, len(cells)
-    key = (mi * nc + ci) * width + rank
-    uniq, inv = np.unique(key, return_inverse=True)
-    count = np.bincount(inv, weights=np.concatenate([p.count for p in ps])).astype(np.int64)
-    return RankCounts(memory, cells, uniq // width // nc, uniq // width % nc, uniq % width, count)
-
-
-def combine_steps(*partials: StepsPartial) -> StepsPartial:
-    """Add steps partials (any number, any order)."""
-    out = StepsPartial()
-    for p in partials:
-        out.meta += p.meta
-        out.binary &= p.binary
-    out.error = _first_error([p.error for p in partials])
-    if out.error is not None:  # the result will not be used: only the first error travels on
-        return out
-    names = pc.unique(pa.concat_arrays([p.cell_names for p in partials]))
-    nc = len(names)
-    out.cell_names = names
-    idx = [positions(p.cell_names, names) for p in partials]
-    out.cell_count = np.zeros(nc, np.int64)
-    out.cell_sum = np.zeros(nc)
-    out.cell_sumsq = np.zeros(nc)
-    for p, i in zip(partials, idx, strict=True):  # a loop over partial results, not rows
-        out.cell_count[i] += p.cell_count
-        out.cell_sum[i] += p.cell_sum
-        out.cell_sumsq[i] += p.cell_sumsq
-        if p.store is not None:
-            if out.store is None:
-                out.store = np.zeros((3, p.store.shape[1], nc))
-            out.store[:, :, i] += p.store
-    qs = [p for p in partials if p.query_names is not None]
-    if qs:
-        qn = pa.concat_arrays([p.query_names for p in qs])
-        first = np.concatenate([p.query_first for p in qs])
-        group = pa.concat_arrays([p.query_group for p in qs])
-        # a query's group is the one at its first step
-        u = pc.unique(qn)
-        code = positions(qn, u)
-        order = np.lexsort((first, code))
-        keep = order[np.r_[True, code[order][1:] != code[order][:-1]]]
-        out.query_names = qn.take(pa.array(keep))
-        out.query_first = first[keep]
-        out.query_group = group.take(pa.array(keep))
-    out.ranks = combine_ranks(*(p.ranks for p in partials))
-    return out
-
-
-# --------------------------------------------------------------------------- contexts map
-
-
-@dataclass
-class ContextsPartial:
-    """Arm sums of contexts parts per (memory, cell): positions into ``memory`` and ``cells``.
-
-    ``values`` has one column per :data:`cmp_bayes.statistics.ARM_COLS` plus a
-    last one, ``rows`` (every context row, for the unknown-memory count); counts
-    are exact in float64 below 2**53.
-    """
-
-    memory: pa.Array
-    cells: pa.Array
-    mem_idx: np.ndarray
-    cell_idx: np.ndarray
-    values: np.ndarray  # (K, len(ARM_COLS) + 1) float64
-    error: PartError | None = None  # the first part (in file order) that broke a rule
-
-
-def _empty_contexts(error: PartError | None = None) -> ContextsPartial:
-    return ContextsPartial(
-        _EMPTY, _EMPTY, np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, len(ARM_COLS) + 1)), error
-    )
-
-
-def _steps_in_range(steps: list[Part], lo: int, hi: int, by: By) -> tuple[np.ndarray, np.ndarray, pa.Array, np.ndarray]:
-    """Step, outcome, cell names and cell code of every step in [lo, hi], sorted by step."""
-    cols = ["step", "outcome"] + (["query_id"] if by == "query" else ["group"] if by == "group" else [])
-    tables = []
-    for p in steps:
-        if p.lo is not None and (p.hi < lo or p.lo > hi):
-            continue
-        names = pq.ParquetFile(p.file).schema_arrow.names
-        tables.append(_read(p.file, [c for c in cols if c in names], filters=[("step", ">=", lo), ("step", "<=", hi)]))
-    if not tables:
-        return np.zeros(0, np.int64), np.zeros(0), _EMPTY, np.zeros(0, np.int64)
-    t = pa.concat_tables(tables, promote_options="permissive")
-    s = int64_values(t["step"])
-    order = np.argsort(s, kind="stable")
-    t = t.take(pa.array(order))
-    names, cell = _cell_codes(t, by)
-    return s[order], t["outcome"].to_numpy().astype(np.float64), names, cell
-
-
-def contexts_partial(
-    index: int,
-    file: str,
-    steps: list[Part],
-    by: By,
-    design: dict[str, Any] | None,
-    design_file: str,
-    life: Lifetimes | None,
-    pool: validate.PoolTable | None = None,
-) -> ContextsPartial:
-    """Validate one contexts part (the ``index``-th) and sum its arms per (memory, cell); a part
-    that breaks a rule contributes its error instead.
-
-    ``pool``: the design pool as arrays (built once for all parts).
-    """
-    try:
-        return _contexts_partial(file, steps, by, design, design_file, life, pool)
-    except LogError as err:
-        return _empty_contexts(PartError.of(index, err))
-
-
-def _contexts_partial(
-    file: str,
-    steps: list[Part],
-    by: By,
-    design: dict[str, Any] | None,
-    design_file: str,
-    life: Lifetimes | None,
-    pool: validate.PoolTable | None,
-) -> ContextsPartial:
-    table, rows = read_parquet_table([Path(file)], dictionary=("memory_id", "source"))
-    n = table.num_rows
-    if n == 0:
-        return _empty_contexts()
-    _check_columns(table, rows, CONTEXT_SPEC)
-    step = int64_values(table["step"])
-    lo, hi = int(step.min()), int(step.max())
-    sv, y_of, cell_names, cell_of = _steps_in_range(steps, lo, hi, by)
-
-    # the slot's position within its step, in row order, names the field in errors
-    runs = validate.StepRuns.of(step)
-    cols = table_columns(table, ("memory_id", "source", "rank", "propensity"))
-    del table
-    frame, mem, src = contexts_frame(cols, step, runs, strings=False)
-    validate.check_contexts(frame, sv, design, design_file, rows, mem, src, runs, pool)
-
-    stored = None if life is None else _check_lifetimes(frame, rows, life, mem, src, step)
-    nc = max(len(cell_names), 1)
-    if nc == 1:
-        (y,) = row_outcomes(step, sv, y_of, runs=runs)
-        key = mem.indices
-    else:
-        y, cell_row = row_outcomes(step, sv, y_of, cell_of, runs=runs)
-        key = mem.indices.astype(np.int64) * nc + cell_row
-    size = len(mem.dictionary) * nc
-    arms = arm_sums(key, size, y, source_arm(src), stored, is_binary(y_of))
-    rows_n = arms["in_context_n"] if stored is None else np.bincount(key, minlength=size)
-    hit = np.flatnonzero(rows_n)
-    values = np.stack([arms[c][hit].astype(np.float64) for c in ARM_COLS] + [rows_n[hit].astype(np.float64)], axis=1)
-    return ContextsPartial(mem.dictionary, cell_names, hit // nc, hit % nc, values)
-
-
-def _check_lifetimes(
-    frame: pd.DataFrame,
-    rows: validate.Rows,
-    life: Lifetimes,
-    mem: Codes,
-    src: Codes,
-    step: np.ndarray,
-) -> np.ndarray:
-    """Reject memories absent from the memories file or outside their lifetime; return ``stored``."""
-    ids = {"memory_id": mem, "source": src}
-    where = mem.lookup(positions(mem.dictionary, life.memory), -1)
-    validate.fail_at(frame, where < 0, rows, "context[{slot}].memory_id",
-                     "memory '{memory_id}' at step {step} is not in memories", ids)
-    stored = (life.created[where] <= step) & (step < life.deleted[where])
-    validate.fail_at(frame, ~stored, rows, "context[{slot}].memory_id",
-                     "memory '{memory_id}' is in the context at step {step} but not in the store then "
-                     "(see memories created_step / deleted_step)", ids)
-    return stored
-
-
-def combine_contexts(*partials: ContextsPartial) -> ContextsPartial:
-    """Add contexts partials (any number, any order)."""
-    error = _first_error([p.error for p in partials])
-    if error is not None:
-        return _empty_contexts(error)
-    ps = [p for p in partials if len(p.mem_idx)]
-    if len(ps) <= 1:
-        return ps[0] if ps else partials[0]
-    memory = pc.unique(pa.concat_arrays([p.memory for p in ps]))
-    cells = pc.unique(pa.concat_arrays([p.cells for p in ps]))
-    mi = np.concatenate([_remap(p.memory, memory, p.mem_idx) for p in ps])
-    ci = np.concatenate([_remap(p.cells, cells, p.cell_idx) for p in ps])
-    uniq, inv = np.unique(mi * max(len(cells), 1) + ci, return_inverse=True)
-    vals = np.concatenate([p.values for p in ps])
-    summed = np.stack([np.bincount(inv, weights=vals[:, j], minlength=len(uniq)) for j in range(vals.shape[1])], axis=1)
-    nc = max(len(cells), 1)
-    return ContextsPartial(memory, cells, uniq // nc, uniq % nc, summed)
-
-
-# --------------------------------------------------------------------------- reduce + assemble
 
 
 def tree_reduce(items: list[Any], combine: Any, split_every: int = SPLIT_EVERY) -> Any:
@@ -598,9 +142,9 @@ def dask_exposure_stats(path: str | Path, by: By = None, scheduler: object | Non
             root / "steps.jsonl"
         ).is_file() else ""
         raise ConfigError(f"{root}: no steps.parquet or steps/ part files{hint}")
-    design = _read_design(root / "design.json")
+    design = read_design(root / "design.json")
     design_file = str(root / "design.json")
-    life = _lifetimes(root)
+    life = read_lifetimes(root)
     step_parts = [step_range(f) for f in step_files]
     ctx_files = parts(root, "contexts")
 
@@ -623,7 +167,7 @@ def dask_exposure_stats(path: str | Path, by: By = None, scheduler: object | Non
     with dask_scheduler(scheduler) as sched:
         if c_red is None:
             (sp,) = dask.compute(s_red, scheduler=sched)
-            cp = _empty_contexts()
+            cp = empty_contexts()
         else:
             sp, cp = dask.compute(s_red, c_red, scheduler=sched)
     # the reader's order: the steps (each part's own rules, then their order across parts),
@@ -678,7 +222,7 @@ def _assemble(
     m = len(memory)
     if by is None:
         cells = None
-        cell_arr = _BLANK
+        cell_arr = BLANK
     else:
         cell_arr = sorted_unique(sp.cell_names)
         cells = to_index(cell_arr, by)
@@ -699,8 +243,8 @@ def _assemble(
         in_store = st[0].astype(np.int64)
         store_sum, store_sumsq = st[1], st[2]
 
-    mi = _remap(cp.memory, memory_arr, cp.mem_idx)
-    ci = _remap(cp.cells, cell_arr, cp.cell_idx)
+    mi = remap(cp.memory, memory_arr, cp.mem_idx)
+    ci = remap(cp.cells, cell_arr, cp.cell_idx)
     known = mi >= 0
     n_unknown = int(cp.values[~known, -1].sum())
     arms = {}
@@ -749,8 +293,8 @@ def _rank_stats(
     best = np.full((m, nc), np.nan)
     if ranks is None or len(ranks.mem_idx) == 0:
         return ranked, median, best
-    mi = _remap(ranks.memory, memory, ranks.mem_idx)
-    ci = _remap(ranks.cells, cells, ranks.cell_idx)
+    mi = remap(ranks.memory, memory, ranks.mem_idx)
+    ci = remap(ranks.cells, cells, ranks.cell_idx)
     keep = mi >= 0
     key = (mi * nc + ci)[keep]
     rank = ranks.rank[keep]
@@ -778,8 +322,8 @@ def fit_statistics(path: str | Path, scheduler: object | None = None) -> xr.Data
 
     The same inputs ``fit(read_log(path))`` derives in memory
     (:func:`cmp_bayes.model.fit.memory_inputs`): ``exposure_stats(path)`` plus,
-    when the log has two or more query groups, a ``memory_group`` variable (the
-    group of the steps at which the memory is in the store most often), and the
+    when the log has two or more named query groups, a ``memory_group`` variable
+    (:func:`cmp_bayes.statistics.groups.main_group`), and the
     attribute ``log_path``. Two passes over the log (memory level, then by group).
 
     Returns
@@ -789,9 +333,8 @@ def fit_statistics(path: str | Path, scheduler: object | None = None) -> xr.Data
     """
     stats = dask_exposure_stats(path, scheduler=scheduler)
     by_group = dask_exposure_stats(path, by="group", scheduler=scheduler)
-    if by_group.sizes["group"] >= 2:
-        steps = by_group["in_store"].transpose("memory", "group")
-        group = np.asarray(by_group["group"].values)[steps.argmax("group").values].astype(str)
+    group = main_group(by_group)
+    if group is not None:
         stats["memory_group"] = ("memory", group)
     stats.attrs["log_path"] = str(path)
     return stats

@@ -1,0 +1,196 @@
+"""The map over ``contexts/`` part files: validate each part and sum its arms per (memory, cell).
+
+One task per part (:func:`contexts_partial`): the reader's slot rules and the
+memories' lifetimes, then each row joined to its step's outcome and cell (from
+the steps parts whose step range overlaps the part's own, see
+:mod:`cmp_bayes.scale.dask_stats`) and summed per (memory, cell) in the
+retriever, exposure and in-context arms. :func:`combine_contexts` adds
+partials in any number and order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from cmp_bayes.errors import LogError
+from cmp_bayes.log import validate
+from cmp_bayes.log.codes import Codes
+from cmp_bayes.log.columns import (
+    CONTEXT_SPEC,
+    check_columns,
+    contexts_frame,
+    int64_values,
+    read_parquet_table,
+    table_columns,
+)
+from cmp_bayes.scale.parts import (
+    EMPTY,
+    Lifetimes,
+    Part,
+    PartError,
+    cell_codes,
+    first_error,
+    read_part,
+    remap,
+)
+from cmp_bayes.statistics.kernels import (
+    ARM_COLS,
+    By,
+    arm_sums,
+    is_binary,
+    positions,
+    row_outcomes,
+    source_arm,
+)
+
+
+@dataclass
+class ContextsPartial:
+    """Arm sums of contexts parts per (memory, cell): positions into ``memory`` and ``cells``.
+
+    ``values`` has one column per :data:`cmp_bayes.statistics.ARM_COLS` plus a
+    last one, ``rows`` (every context row, for the unknown-memory count); counts
+    are exact in float64 below 2**53.
+    """
+
+    memory: pa.Array
+    cells: pa.Array
+    mem_idx: np.ndarray
+    cell_idx: np.ndarray
+    values: np.ndarray  # (K, len(ARM_COLS) + 1) float64
+    error: PartError | None = None  # the first part (in file order) that broke a rule
+
+
+def empty_contexts(error: PartError | None = None) -> ContextsPartial:
+    """A partial with no rows (a part without contexts, or one that carries ``error``)."""
+    return ContextsPartial(
+        EMPTY, EMPTY, np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, len(ARM_COLS) + 1)), error
+    )
+
+
+def steps_in_range(steps: list[Part], lo: int, hi: int, by: By) -> tuple[np.ndarray, np.ndarray, pa.Array, np.ndarray]:
+    """Step, outcome, cell names and cell code of every step in [lo, hi], sorted by step."""
+    cols = ["step", "outcome"] + (["query_id"] if by == "query" else ["group"] if by == "group" else [])
+    tables = []
+    for p in steps:
+        if p.lo is not None and (p.hi < lo or p.lo > hi):
+            continue
+        names = pq.ParquetFile(p.file).schema_arrow.names
+        tables.append(read_part(p.file, [c for c in cols if c in names], filters=[("step", ">=", lo), ("step", "<=", hi)]))
+    if not tables:
+        return np.zeros(0, np.int64), np.zeros(0), EMPTY, np.zeros(0, np.int64)
+    t = pa.concat_tables(tables, promote_options="permissive")
+    s = int64_values(t["step"])
+    order = np.argsort(s, kind="stable")
+    t = t.take(pa.array(order))
+    names, cell = cell_codes(t, by)
+    return s[order], t["outcome"].to_numpy().astype(np.float64), names, cell
+
+
+def contexts_partial(
+    index: int,
+    file: str,
+    steps: list[Part],
+    by: By,
+    design: dict[str, Any] | None,
+    design_file: str,
+    life: Lifetimes | None,
+    pool: validate.PoolTable | None = None,
+) -> ContextsPartial:
+    """Validate one contexts part (the ``index``-th) and sum its arms per (memory, cell); a part
+    that breaks a rule contributes its error instead.
+
+    ``pool``: the design pool as arrays (built once for all parts).
+    """
+    try:
+        return _contexts_partial(file, steps, by, design, design_file, life, pool)
+    except LogError as err:
+        return empty_contexts(PartError.of(index, err))
+
+
+def _contexts_partial(
+    file: str,
+    steps: list[Part],
+    by: By,
+    design: dict[str, Any] | None,
+    design_file: str,
+    life: Lifetimes | None,
+    pool: validate.PoolTable | None,
+) -> ContextsPartial:
+    table, rows = read_parquet_table([Path(file)], dictionary=("memory_id", "source"))
+    n = table.num_rows
+    if n == 0:
+        return empty_contexts()
+    check_columns(table, rows, CONTEXT_SPEC)
+    step = int64_values(table["step"])
+    lo, hi = int(step.min()), int(step.max())
+    sv, y_of, cell_names, cell_of = steps_in_range(steps, lo, hi, by)
+
+    # the slot's position within its step, in row order, names the field in errors
+    runs = validate.StepRuns.of(step)
+    cols = table_columns(table, ("memory_id", "source", "rank", "propensity"))
+    del table
+    frame, mem, src = contexts_frame(cols, step, runs, strings=False)
+    validate.check_contexts(frame, sv, design, design_file, rows, mem, src, runs, pool)
+
+    stored = None if life is None else _check_lifetimes(frame, rows, life, mem, src, step)
+    nc = max(len(cell_names), 1)
+    if nc == 1:
+        (y,) = row_outcomes(step, sv, y_of, runs=runs)
+        key = mem.indices
+    else:
+        y, cell_row = row_outcomes(step, sv, y_of, cell_of, runs=runs)
+        key = mem.indices.astype(np.int64) * nc + cell_row
+    size = len(mem.dictionary) * nc
+    arms = arm_sums(key, size, y, source_arm(src), stored, is_binary(y_of))
+    rows_n = arms["in_context_n"] if stored is None else np.bincount(key, minlength=size)
+    hit = np.flatnonzero(rows_n)
+    values = np.stack([arms[c][hit].astype(np.float64) for c in ARM_COLS] + [rows_n[hit].astype(np.float64)], axis=1)
+    return ContextsPartial(mem.dictionary, cell_names, hit // nc, hit % nc, values)
+
+
+def _check_lifetimes(
+    frame: pd.DataFrame,
+    rows: validate.Rows,
+    life: Lifetimes,
+    mem: Codes,
+    src: Codes,
+    step: np.ndarray,
+) -> np.ndarray:
+    """Reject memories absent from the memories file or outside their lifetime; return ``stored``."""
+    ids = {"memory_id": mem, "source": src}
+    where = mem.lookup(positions(mem.dictionary, life.memory), -1)
+    validate.fail_at(frame, where < 0, rows, "context[{slot}].memory_id",
+                     "memory '{memory_id}' at step {step} is not in memories", ids)
+    stored = (life.created[where] <= step) & (step < life.deleted[where])
+    validate.fail_at(frame, ~stored, rows, "context[{slot}].memory_id",
+                     "memory '{memory_id}' is in the context at step {step} but not in the store then "
+                     "(see memories created_step / deleted_step)", ids)
+    return stored
+
+
+def combine_contexts(*partials: ContextsPartial) -> ContextsPartial:
+    """Add contexts partials (any number, any order)."""
+    error = first_error([p.error for p in partials])
+    if error is not None:
+        return empty_contexts(error)
+    ps = [p for p in partials if len(p.mem_idx)]
+    if len(ps) <= 1:
+        return ps[0] if ps else partials[0]
+    memory = pc.unique(pa.concat_arrays([p.memory for p in ps]))
+    cells = pc.unique(pa.concat_arrays([p.cells for p in ps]))
+    mi = np.concatenate([remap(p.memory, memory, p.mem_idx) for p in ps])
+    ci = np.concatenate([remap(p.cells, cells, p.cell_idx) for p in ps])
+    uniq, inv = np.unique(mi * max(len(cells), 1) + ci, return_inverse=True)
+    vals = np.concatenate([p.values for p in ps])
+    summed = np.stack([np.bincount(inv, weights=vals[:, j], minlength=len(uniq)) for j in range(vals.shape[1])], axis=1)
+    nc = max(len(cells), 1)
+    return ContextsPartial(memory, cells, uniq // nc, uniq % nc, summed)
