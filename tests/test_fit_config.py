@@ -7,11 +7,11 @@ from functools import partial
 
 import numpy as np
 import pytest
-from _model_fixtures import synthetic_stats
 
 from cmp_bayes.errors import ConfigError
 from cmp_bayes.model.config import SAMPLERS, ModelConfig, SamplerConfig
 from cmp_bayes.model.fit import fit, sampler_config
+from cmp_bayes.testing import synthetic_stats
 
 
 def test_an_override_that_contradicts_the_sampler_config_raises_naming_the_field() -> None:
