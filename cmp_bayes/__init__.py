@@ -9,17 +9,12 @@ behind them are imported on first use, so ``import cmp_bayes`` (and the CLI's
 from __future__ import annotations
 
 import importlib
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
-
-try:
-    __version__ = version("cmp-bayes")
-except PackageNotFoundError:  # pragma: no cover - running from a source tree without install
-    __version__ = "0.0.0+unknown"
 
 from cmp_bayes.constants import CI_KIND, CI_PROB
 from cmp_bayes.errors import CmpBayesError, ConfigError, LogError, PosteriorError
 from cmp_bayes.log.schema import ExposureLog
+from cmp_bayes.version import __version__
 
 #: public name -> module that defines it
 _LAZY: dict[str, str] = {

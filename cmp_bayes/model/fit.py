@@ -3,7 +3,8 @@
 Steps: sufficient statistics -> precomputed grid likelihood -> NUTS (or ADVI)
 over the hyperparameters -> exact per-draw recovery of each memory's tau and
 rho -> prior, predictive and identification groups -> one DataTree with the
-root attributes of common.md section 4.
+root attributes of the posterior contract (docs/model.md; checked by
+:mod:`cmp_bayes.posterior.contract`).
 """
 
 from __future__ import annotations
@@ -347,10 +348,10 @@ def predictive(
 
 def root_attrs(config: ModelConfig, scfg: SamplerConfig, meta: dict, outcome_kind: str, by: str) -> dict:
     """Root attributes of the posterior contract."""
-    import cmp_bayes
+    from cmp_bayes.version import __version__
 
     return {
-        "cmp_bayes_version": str(cmp_bayes.__version__),
+        "cmp_bayes_version": str(__version__),
         "model_config": config.to_json(),
         "sampler_config": scfg.to_json(),
         "log_checksum": str(meta.get("log_checksum", "")),

@@ -177,11 +177,11 @@ def check_version(dt: xr.DataTree, where: str = "posterior") -> None:
     major; before 1.0 the same minor). A tree without the attribute is left to
     :func:`check_posterior` (it is not a cmp_bayes posterior at all).
     """
-    import cmp_bayes
+    from cmp_bayes.version import __version__
 
     if "cmp_bayes_version" not in dt.attrs:
         return
-    written, running = str(dt.attrs["cmp_bayes_version"]), str(cmp_bayes.__version__)
+    written, running = str(dt.attrs["cmp_bayes_version"]), str(__version__)
     if not compatible(written, running):
         raise PosteriorError(
             f"{where}: written by cmp_bayes {written}, which this cmp_bayes {running} cannot read "

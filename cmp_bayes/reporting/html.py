@@ -39,7 +39,7 @@ def report(
     Parameters
     ----------
     posterior : xarray.DataTree or path
-        A posterior following the contract (common.md section 4), or a NetCDF
+        A posterior following the contract (docs/model.md, "Posterior contract"), or a NetCDF
         file holding one (read with ``cmp_bayes.posterior.io.load_posterior``).
     out_dir : str or Path
         Folder for ``index.html`` and ``summary.md`` (created; other files in it
@@ -145,6 +145,6 @@ def _markdown(title: str, subtitle: str, sections: list) -> str:
 
 
 def _version() -> str:
-    from cmp_bayes import __version__
+    from cmp_bayes.version import __version__
 
     return __version__

@@ -135,7 +135,7 @@ def synthetic_posterior(
     -------
     xarray.DataTree
     """
-    import cmp_bayes
+    from cmp_bayes.version import __version__
 
     mem = memory_table(n_memories, seed) if memories is None else memories.reset_index(drop=True)
     if draws % 2:
@@ -193,7 +193,7 @@ def synthetic_posterior(
         }
     )
     dt.attrs.update(
-        cmp_bayes_version=str(cmp_bayes.__version__),
+        cmp_bayes_version=str(__version__),
         model_config=ModelConfig().to_json(),
         sampler_config=SamplerConfig(
             chains=chains, draws=draws, keep_draws=chains * draws, progressbar=False
