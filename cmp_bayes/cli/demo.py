@@ -73,9 +73,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _decision_summary(decisions) -> str:  # noqa: ANN001 - a DataFrame; pandas imported lazily
+def _decision_summary(decisions) -> str:  # noqa: ANN001 - a Decisions; imported lazily
     try:
         from cmp_bayes.cli.decide import summary
     except ImportError:  # pragma: no cover - decide's CLI absent
-        return decisions[["memory_id", "action", "reason"]].head(10).to_string(index=False)
+        return decisions.table[["memory_id", "action", "reason"]].head(10).to_string(index=False)
     return summary(decisions)
