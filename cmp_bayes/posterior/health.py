@@ -13,10 +13,11 @@ Definitions, each written once here:
   the only quantities NUTS samples in the grid model (each memory's tau and rho
   are drawn exactly given them), so the only ones whose mixing is in question.
 * **R-hat** (:func:`rhat`): rank-normalized split R-hat, the larger of the
-  rank and the folded version (Vehtari et al. 2021, as ``arviz_stats.diagnose``
-  reports it). The rank version catches chains that disagree on location, the
-  folded one chains that disagree on scale; plain rank R-hat alone misses a
-  chain stuck with the right mean but the wrong spread.
+  bulk (rank-normalized draws) and the tail (rank-normalized draws folded
+  about the median) versions: Vehtari et al. 2021's recommended R-hat and
+  ``arviz_stats.rhat(method="rank")``, which ``arviz_stats.diagnose`` uses.
+  The bulk version catches chains that disagree on location, the folded one
+  chains that disagree on scale (the same centre, a different spread).
 * **Divergences** (:func:`divergences`): the count of True in
   ``sample_stats.diverging``, over all chains and draws.
 
@@ -68,7 +69,7 @@ def hyperparameter_names(posterior: xr.DataTree) -> list[str]:
 
 
 def rhat(ds: xr.Dataset) -> xr.Dataset:
-    """The one R-hat: max of rank-normalized and folded split R-hat, per element.
+    """The one R-hat: max of bulk and folded rank-normalized split R-hat, per element.
 
     Parameters
     ----------
@@ -87,9 +88,8 @@ def rhat(ds: xr.Dataset) -> xr.Dataset:
     with warnings.catch_warnings():
         # constant draws give 0/0 inside arviz_stats; the NaN is the answer
         warnings.simplefilter("ignore", RuntimeWarning)
-        rank = arviz_stats.rhat(ds, sample_dims=list(SAMPLE_DIMS), method="rank")
-        folded = arviz_stats.rhat(ds, sample_dims=list(SAMPLE_DIMS), method="folded")
-    return xr.Dataset({name: np.fmax(rank[name], folded[name]) for name in rank.data_vars})
+        # method="rank" is max(bulk, folded tail) already (arviz_stats base/diagnostics.py)
+        return arviz_stats.rhat(ds, sample_dims=list(SAMPLE_DIMS), method="rank")
 
 
 def memory_rhat(draws: xr.DataArray, memories: np.ndarray) -> np.ndarray:
@@ -353,7 +353,9 @@ def _rhat_check(
     value, name = worst
     ok = value <= max_rhat
     if not ok:
-        problems.append(f"R-hat of {name} is {value:.3f} > {max_rhat}")
+        # enough digits that a value just above the threshold does not read as equal to it
+        shown = f"{value:.3f}" if f"{value:.3f}" != f"{max_rhat:.3f}" else f"{value:.12g}"
+        problems.append(f"R-hat of {name} is {shown} > {max_rhat}")
     check = Check(
         RHAT_CHECK,
         f"max {value:.3f} ({name})",
