@@ -26,6 +26,7 @@ from cmp_bayes.decision.costs import Costs
 from cmp_bayes.decision.decisions import Decisions
 from cmp_bayes.decision.rule import DecisionWarning, decide
 from cmp_bayes.posterior import health as health_mod
+from cmp_bayes.posterior import sampling_checks
 from cmp_bayes.replicate import experiment
 from cmp_bayes.reporting import sections
 from cmp_bayes.reporting.html import report
@@ -96,13 +97,13 @@ def constant_rhat(value: float):  # noqa: ANN201 - a stand-in for health.rhat
 
 def test_rhat_exactly_at_threshold_passes_everywhere(tmp_path, monkeypatch) -> None:
     post = synthetic_posterior(forgettable_memories(), draws=200, seed=3)
-    monkeypatch.setattr(health_mod, "rhat", constant_rhat(RHAT_MAX))
+    monkeypatch.setattr(sampling_checks, "rhat", constant_rhat(RHAT_MAX))
     got = verdicts(post, tmp_path / "at")
     assert got == {"fit": True, "report": True, "decide": True}
     assert "max R-hat 1.010 over 3 hyperparameters" in health_line(post)
     assert decide_quietly(post).health.max_rhat == RHAT_MAX
     # the next float above the threshold fails all three
-    monkeypatch.setattr(health_mod, "rhat", constant_rhat(np.nextafter(RHAT_MAX, 2.0)))
+    monkeypatch.setattr(sampling_checks, "rhat", constant_rhat(np.nextafter(RHAT_MAX, 2.0)))
     got = verdicts(post, tmp_path / "above")
     assert got == {"fit": False, "report": False, "decide": False}
 
@@ -179,6 +180,8 @@ def test_one_chain_fails_everywhere() -> None:
 
 def test_hyperparameter_definition_is_one_object() -> None:
     assert sections.hyperparameter_names is health_mod.hyperparameter_names
+    assert health_mod.hyperparameter_names is sampling_checks.hyperparameter_names
+    assert health_mod.rhat is sampling_checks.rhat
     post = synthetic_posterior(memory_table(6, seed=1), per_query=True, seed=1)
     names = health_mod.hyperparameter_names(post)
     assert names == ["w_useful", "null_sd", "mu_useful"]  # no memory- or query-dim variable
@@ -191,9 +194,9 @@ def test_changing_the_definition_changes_every_consumer(tmp_path, monkeypatch) -
     post = synthetic_posterior(forgettable_memories(), draws=200, seed=7, stuck_chain=True)
     assert verdicts(post, tmp_path / "a") == {"fit": False, "report": False, "decide": False}
     assert experiment._health(post)["ok"] is False
-    original = health_mod.is_hyperparameter
+    original = sampling_checks.is_hyperparameter
     monkeypatch.setattr(
-        health_mod, "is_hyperparameter", lambda da: da.name != "w_useful" and original(da)
+        sampling_checks, "is_hyperparameter", lambda da: da.name != "w_useful" and original(da)
     )
     assert verdicts(post, tmp_path / "b") == {"fit": True, "report": True, "decide": True}
     got = experiment._health(post)
