@@ -120,16 +120,17 @@ def run_seed(seed: int, queries: int, draws: int, tune: int, costs: Costs) -> pd
     fit_s = time.perf_counter() - t0
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", DecisionWarning)
-        table = decide(post, costs).set_index("memory_id")
-    health = table.attrs["health"]
+        decisions = decide(post, costs)
+    table = decisions.table.set_index("memory_id")
+    health = decisions.health.to_dict()
     unguarded = pd.Series(
         ["forget" if p < costs.forget_below else "retain" for p in table["p_useful"]],
         index=table.index,
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DecisionWarning)
-        tolerant = decide(post, dataclasses.replace(costs, max_divergence_share=0.001))
-        oracle = decide(oracle_posterior(stats, truth, 1000, seed), costs)
+        tolerant = decide(post, dataclasses.replace(costs, max_divergence_share=0.001)).table
+        oracle = decide(oracle_posterior(stats, truth, 1000, seed), costs).table
     policies = {
         "decide (guarded Bayes rule)": table["action"],
         "decide, up to 0.1% divergent draws tolerated": tolerant.set_index("memory_id")["action"],
@@ -150,7 +151,7 @@ def run_seed(seed: int, queries: int, draws: int, tune: int, costs: Costs) -> pd
         fit_s=fit_s,
         health=health,
         memories=len(table),
-        counts=table.attrs["counts"],
+        counts=decisions.counts(),
         warnings=[str(w.message) for w in caught],
         statuses=table["status"].value_counts().to_dict(),
     )

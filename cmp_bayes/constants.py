@@ -23,3 +23,12 @@ SOURCES: Final[tuple[str, ...]] = (RETRIEVER, EXPOSURE)
 #: Default output folders of the CLI, relative to the working directory.
 MODELS_DIR: Final[str] = "models"
 REPORTS_DIR: Final[str] = "reports"
+
+#: Sampler-health thresholds (arviz_stats.diagnose's defaults, after Vehtari et al. 2021 and
+#: Betancourt 2016). A value passes when it is on the allowed side or equal: R-hat <= RHAT_MAX,
+#: E-BFMI >= BFMI_MIN, ESS >= ESS_PER_CHAIN * chains, divergent share <= MAX_DIVERGENCE_SHARE.
+RHAT_MAX: Final[float] = 1.01
+BFMI_MIN: Final[float] = 0.3
+ESS_PER_CHAIN: Final[int] = 100
+#: Any divergent transition fails: a divergence marks a region the sampler could not enter.
+MAX_DIVERGENCE_SHARE: Final[float] = 0.0

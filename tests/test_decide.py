@@ -108,7 +108,8 @@ def base_posterior() -> xr.DataTree:
 @quiet
 def test_table_shape_and_bayes_rule(base_posterior: xr.DataTree) -> None:
     costs = Costs()
-    table = decide(base_posterior, costs)
+    decisions = decide(base_posterior, costs)
+    table = decisions.table
     assert tuple(table.columns) == COLUMNS
     ids = base_posterior["posterior"]["memory"].to_numpy().astype(str)
     assert list(table["memory_id"]) == list(ids)
@@ -125,8 +126,8 @@ def test_table_shape_and_bayes_rule(base_posterior: xr.DataTree) -> None:
     assert ((table["action"] == "forget") == (identified & bayes_forget & rhat_ok)).all()
     assert ((table["action"] == "defer") == (bayes_forget & ~(identified & rhat_ok))).all()
     assert table.loc[table["action"] == "forget", "rhat"].notna().all()
-    assert table.attrs["counts"]["forget"] == int((table["action"] == "forget").sum()) > 0
-    assert table.attrs["counts"]["defer"] > 0
+    assert decisions.counts()["forget"] == int((table["action"] == "forget").sum()) > 0
+    assert decisions.counts()["defer"] > 0
     assert table.loc[table["action"] == "defer", "exposures_needed"].notna().all()
     assert table.loc[table["action"] != "defer", "exposures_needed"].isna().all()
 
@@ -137,7 +138,9 @@ def test_prior_alone_never_forgets() -> None:
         [one_memory(UNIDENTIFIED, 0, 0, 0.003, f"u{i}") for i in range(3)]
         + [one_memory(RETRIEVED_ONLY, 0, 12, 0.003, f"r{i}") for i in range(3)]
     )
-    table = decide(synthetic_posterior(mems, draws=300), Costs(forget_cost=1.0, retain_cost=100.0))
+    table = decide(
+        synthetic_posterior(mems, draws=300), Costs(forget_cost=1.0, retain_cost=100.0)
+    ).table
     assert (table["action"] == "defer").all()
     assert (table["exposures_needed"] >= 1).all()
     assert table["reason"].str.contains("never forgotten|not forgotten").all()
@@ -149,7 +152,7 @@ def test_min_exposures_guard_and_reason() -> None:
     mems = pd.DataFrame(
         [one_memory(IDENTIFIED, 2, 5, 0.0, "few"), one_memory(IDENTIFIED, 6, 5, 0.0, "enough")]
     )
-    table = decide(synthetic_posterior(mems, draws=300), Costs(min_exposures=5)).set_index(
+    table = decide(synthetic_posterior(mems, draws=300), Costs(min_exposures=5)).table.set_index(
         "memory_id"
     )
     assert table.loc["enough", "action"] == "forget"
@@ -163,16 +166,16 @@ def test_mean_shift_floor() -> None:
         [one_memory(IDENTIFIED, 6, 5, 0.0, "weak"), one_memory(IDENTIFIED, 6, 5, 0.0, "strong")]
     ).assign(mean_shift=[0.1, 2.0])
     post = synthetic_posterior(mems, draws=300)
-    table = decide(post, Costs(min_mean_shift=1.0)).set_index("memory_id")
+    table = decide(post, Costs(min_mean_shift=1.0)).table.set_index("memory_id")
     assert table.loc["strong", "action"] == "forget"
     assert table.loc["weak", "action"] == "defer"
     assert "prior sds" in table.loc["weak", "reason"]
-    assert (decide(post)["action"] == "forget").all()  # floor off by default
+    assert (decide(post).table["action"] == "forget").all()  # floor off by default
 
 
 def test_fix_retrieval_reason() -> None:
     mems = pd.DataFrame([one_memory(IDENTIFIED, 6, 0, 0.95)])
-    (reason,) = decide(synthetic_posterior(mems, draws=300))["reason"]
+    (reason,) = decide(synthetic_posterior(mems, draws=300)).table["reason"]
     assert reason.startswith("useful when read (P=0.9") and reason.endswith(
         "but retrieved 0 of 400 times: fix retrieval"
     )
@@ -194,38 +197,41 @@ def test_exposures_needed_matches_closed_form() -> None:
 
 def test_per_query_posterior_uses_memory_level_variables() -> None:
     mems = memory_table(15, seed=4)
-    flat = decide(synthetic_posterior(mems, seed=4), Costs(min_exposures=1))
+    flat = decide(synthetic_posterior(mems, seed=4), Costs(min_exposures=1)).table
     perq = synthetic_posterior(mems, seed=4, per_query=True)
     assert perq["posterior"]["tau"].dims == ("chain", "draw", "memory", "query")
-    table = decide(perq, Costs(min_exposures=1))
-    pd.testing.assert_series_equal(table["p_useful"], flat["p_useful"])
-    assert table.attrs["estimand_variable"] == "tau_memory"
+    decisions = decide(perq, Costs(min_exposures=1))
+    pd.testing.assert_series_equal(decisions.table["p_useful"], flat["p_useful"])
+    assert decisions.rule.variable == "tau_memory"
 
 
 def test_utility_estimand_reads_rho_times_tau(base_posterior: xr.DataTree) -> None:
     costs = Costs(estimand="utility", threshold=0.01)
-    table = decide(base_posterior, costs)
+    decisions = decide(base_posterior, costs)
     util = base_posterior["posterior"]["utility"].to_numpy()
-    np.testing.assert_allclose(table["p_useful"], (util > 0.01).mean(axis=(0, 1)))
-    assert table.attrs["estimand_variable"] == "utility"
+    np.testing.assert_allclose(decisions.table["p_useful"], (util > 0.01).mean(axis=(0, 1)))
+    assert decisions.rule.variable == "utility"
 
 
 def test_unhealthy_posterior_forgets_nothing() -> None:
     mems = pd.DataFrame([one_memory(IDENTIFIED, 8, 3, 0.0, f"m{i}") for i in range(4)])
-    assert (decide(synthetic_posterior(mems))["action"] == "forget").all()
+    assert (decide(synthetic_posterior(mems)).table["action"] == "forget").all()
     for kwargs, text in [
         ({"divergences": 1}, "divergent"),
         ({"stuck_chain": True}, "R-hat of tau_helps_mean"),
     ]:
         with pytest.warns(DecisionWarning, match="no memory forgotten"):
-            table = decide(synthetic_posterior(mems, **kwargs))
+            decisions = decide(synthetic_posterior(mems, **kwargs))
+        table = decisions.table
         assert (table["action"] == "defer").all()
         assert table["reason"].str.contains("sampler failed its checks").all()
         assert table["reason"].str.contains(text).all()
-        assert not table.attrs["health"]["ok"]
+        assert not decisions.health.ok
         assert (table["exposures_needed"] == 0).all()
     # a tolerated share of divergences lets forgets through again
-    table = decide(synthetic_posterior(mems, divergences=1), Costs(max_divergence_share=0.01))
+    table = decide(
+        synthetic_posterior(mems, divergences=1), Costs(max_divergence_share=0.01)
+    ).table
     assert (table["action"] == "forget").all()
 
 
@@ -235,7 +241,7 @@ def test_memory_rhat_blocks_that_memory_only() -> None:
     tau = post["posterior"]["tau"].copy()
     tau.loc[{"chain": 0, "memory": "m1"}] = tau.sel(chain=0, memory="m1") - 0.3  # chains disagree
     post["posterior"] = post["posterior"].to_dataset().assign(tau=tau)
-    table = decide(post).set_index("memory_id")
+    table = decide(post).table.set_index("memory_id")
     assert list(table["action"]) == ["forget", "defer", "forget"]
     assert table.loc["m1", "rhat"] > 1.01
     assert "R-hat of tau for this memory" in table.loc["m1", "reason"]
@@ -251,15 +257,17 @@ def test_capacity_forgets_lowest_value_first_and_reports_shortfall() -> None:
         ]
     )
     post = synthetic_posterior(mems, draws=500)
-    table = decide(post, Costs(capacity=2)).set_index("memory_id")
+    decisions = decide(post, Costs(capacity=2))
+    table = decisions.table.set_index("memory_id")
     assert list(table["action"]) == ["retain", "forget", "forget", "retain"]
     assert "capacity 2" in table.loc["keep_lo", "reason"]
-    assert table.attrs["capacity_shortfall"] == 0
+    assert decisions.capacity_shortfall == 0
     with pytest.warns(DecisionWarning, match="capacity 0 not met"):
-        table = decide(post, Costs(capacity=0)).set_index("memory_id")
+        decisions = decide(post, Costs(capacity=0))
+    table = decisions.table.set_index("memory_id")
     assert table.loc["unid", "action"] == "retain"
     assert (table.drop(index="unid")["action"] == "forget").all()
-    assert table.attrs["capacity_shortfall"] == 1
+    assert decisions.capacity_shortfall == 1
     assert (
         "capacity 0 not met (1 kept): not forgettable (unidentified)" in table.loc["unid", "reason"]
     )
@@ -323,14 +331,15 @@ prop = settings(max_examples=25, deadline=None, suppress_health_check=[HealthChe
 def test_property_only_identified_memories_are_forgotten(data: st.DataObject, seed: int) -> None:
     mems = data.draw(memory_frames())
     costs = data.draw(cost_settings(len(mems)))
-    table = decide(synthetic_posterior(mems, draws=40, seed=seed), costs)
+    decisions = decide(synthetic_posterior(mems, draws=40, seed=seed), costs)
+    table = decisions.table
     gone = table[table["action"] == "forget"]
     assert (gone["status"] == IDENTIFIED).all()
     assert (gone["exposed"] >= costs.min_exposures).all()
     kept = table[table["action"] != "forget"]
     if costs.capacity is not None:
         # capacity is met, or every memory that may be forgotten has been
-        short = table.attrs["capacity_shortfall"]
+        short = decisions.capacity_shortfall
         if short:
             assert len(kept) - costs.capacity == short
             assert not kept["forgettable"].any()
@@ -354,8 +363,8 @@ def test_property_monotone_in_costs(
     post = synthetic_posterior(mems, draws=40, seed=seed)
     name = "forget_cost" if raise_forget else "retain_cost"
     higher = dataclasses.replace(costs, **{name: getattr(costs, name) * factor})
-    before = decide(post, costs)["action"]
-    after = decide(post, higher)["action"]
+    before = decide(post, costs).table["action"]
+    after = decide(post, higher).table["action"]
     if raise_forget:  # never a new forget
         assert not ((after == "forget") & (before != "forget")).any()
     else:  # a forget stays a forget (so never becomes a retain)
@@ -373,9 +382,9 @@ def test_property_unhealthy_posterior_forgets_nothing(
     post = synthetic_posterior(
         mems, draws=40, seed=seed, stuck_chain=stuck, divergences=0 if stuck else 3
     )
-    table = decide(post, costs)
-    assert not (table["action"] == "forget").any()
-    assert not table.attrs["health"]["ok"]
+    decisions = decide(post, costs)
+    assert not (decisions.table["action"] == "forget").any()
+    assert not decisions.health.ok
 
 
 # --------------------------------------------------------------------------- CLI
@@ -406,7 +415,7 @@ def test_cli_decide_writes_csv_and_prints_summary(posterior_file, tmp_path, caps
     assert "< 0.0385 (costs 50.0:2.0)" in text  # 2 / 52: the flag overrode the file
     assert "sampler health" in text
     expect = decide(posterior_file, Costs(forget_cost=50, retain_cost=2))
-    assert list(table["action"]) == list(expect["action"])
+    assert list(table["action"]) == list(expect.table["action"])
 
 
 def test_cli_decide_user_errors_exit_2(posterior_file, tmp_path, capsys) -> None:
@@ -485,8 +494,9 @@ def test_realized_loss_beats_hajek_and_logged_counts_on_simulation() -> None:
     log = simulate(SimulationConfig(**{**PRESETS["longmemeval-like"], "queries": 20}), seed=3)
     stats, truth, costs = exposure_stats(log), memory_truth(log), Costs()
     post = fit(log, draws=1000, tune=1000, chains=2, seed=3, progressbar=False)
-    table = decide(post, costs).set_index("memory_id")
-    assert table.attrs["health"]["ok"], table.attrs["health"]
+    decisions = decide(post, costs)
+    table = decisions.table.set_index("memory_id")
+    assert decisions.health.ok, decisions.health
     assert not table.loc[table["status"] != IDENTIFIED, "action"].eq("forget").any()
     ours = realized_loss(table["action"], truth, costs)["loss"]
     assert ours < realized_loss(hajek_threshold(stats, costs), truth, costs)["loss"]

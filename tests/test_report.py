@@ -20,9 +20,9 @@ import xarray as xr
 from cmp_bayes.cli.main import main
 from cmp_bayes.constants import CI_PROB, UNIDENTIFIED
 from cmp_bayes.errors import PosteriorError
+from cmp_bayes.posterior.health import sampler_health
 from cmp_bayes.posterior.io import save_posterior
 from cmp_bayes.reporting import plots
-from cmp_bayes.reporting.health import sampler_health
 from cmp_bayes.reporting.html import report
 from cmp_bayes.reporting.sections import (
     FOREST_EACH_END,
@@ -166,7 +166,7 @@ def test_unidentified_memories_listed_in_both_files(
 def test_decision_table_matches_decide(posterior: xr.DataTree, written: Path) -> None:
     from cmp_bayes.decision import rule
 
-    decisions = rule.decide(posterior)
+    decisions = rule.decide(posterior).table
     md = (written.parent / "summary.md").read_text(encoding="utf-8")
     section = md.split('<a id="decisions"></a>', 1)[1].split("<a id=", 1)[0]
     for action in ("retain", "forget", "defer"):

@@ -15,9 +15,8 @@ from typing import TYPE_CHECKING
 from cmp_bayes.cli.options import DataclassFlags
 
 if TYPE_CHECKING:
-    import pandas as pd
-
     from cmp_bayes.decision.costs import Costs
+    from cmp_bayes.decision.decisions import Decisions
 
 def _cost_flags() -> DataclassFlags:
     """One flag per Costs field (``--forget-cost`` ...), shared by decide and recommend."""
@@ -59,41 +58,35 @@ def run(args: argparse.Namespace) -> int:
     """Decide, print the summary, write the CSV when asked."""
     import warnings
 
-    from cmp_bayes.atomic import write_with
     from cmp_bayes.decision.rule import DecisionWarning, decide
 
     costs = costs_from_args(args)
     with warnings.catch_warnings():
         # the summary below says the same in context
         warnings.simplefilter("ignore", DecisionWarning)
-        table = decide(args.posterior, costs)
-    print(summary(table, top=args.top))
+        decisions = decide(args.posterior, costs)
+    print(summary(decisions, top=args.top))
     if args.output is not None:
-        write_with(args.output, lambda tmp: table.to_csv(tmp, index=False))
-        print(f"wrote {args.output} ({len(table)} rows)")
+        decisions.to_csv(args.output)
+        print(f"wrote {args.output} ({len(decisions)} rows)")
     return 0
 
 
-def summary(table: pd.DataFrame, top: int = 10) -> str:
+def summary(decisions: Decisions, top: int = 10) -> str:
     """Counts per action, health, capacity, then up to ``top`` rows of each kind
     a person acts on: the riskiest forgets, useful memories the retriever never
     surfaces, and deferred memories."""
-    from cmp_bayes.decision.health import Health
-
-    counts = table.attrs.get("counts", {})
-    costs = table.attrs.get("costs", {})
+    table = decisions.table
+    counts = decisions.counts()
     lines = [
         f"{len(table)} memories: "
         + ", ".join(f"{counts.get(a, 0)} {a}" for a in ("retain", "forget", "defer")),
-        f"rule: forget when P({table.attrs.get('estimand_variable', 'tau')} > {costs.get('threshold')}) "
-        f"< {table.attrs.get('forget_below', float('nan')):.4f} "
-        f"(costs {costs.get('forget_cost')}:{costs.get('retain_cost')}), identified memories only",
+        f"rule: {decisions.rule.describe()}",
+        decisions.health.summary(),
     ]
-    if "health" in table.attrs:
-        lines.append(Health(**table.attrs["health"]).summary())
-    if table.attrs.get("capacity_shortfall"):
+    if decisions.capacity_shortfall:
         lines.append(
-            f"capacity {costs.get('capacity')} NOT met: {table.attrs['capacity_shortfall']} more "
+            f"capacity {decisions.costs.capacity} NOT met: {decisions.capacity_shortfall} more "
             "would have to go, but none of the rest may be forgotten"
         )
     if top > 0 and len(table):

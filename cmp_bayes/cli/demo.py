@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _decision_summary(decisions) -> str:  # noqa: ANN001 - a DataFrame; pandas imported lazily
+def _decision_summary(decisions) -> str:  # noqa: ANN001 - a Decisions; imported lazily
     from cmp_bayes.cli.decide import summary
 
     return summary(decisions)

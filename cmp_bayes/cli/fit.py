@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 from cmp_bayes.cli.options import DataclassFlags
 from cmp_bayes.model.config import SAMPLERS, SamplerConfig
@@ -33,8 +37,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import arviz_stats as azs
-    import numpy as np
 
     from cmp_bayes.errors import ConfigError
     from cmp_bayes.log.read import read_log
@@ -60,21 +62,12 @@ def run(args: argparse.Namespace) -> int:
     tree = fit(data, model=cfg.model, sampler=scfg, by=args.by)
     out = save_posterior(tree, args.output or default_output(args.log), thin=args.thin)
     print(f"wrote {out}")
-    print(health_line(tree, azs, np))
+    print(health_line(tree))
     return 0
 
 
-def health_line(tree, azs, np) -> str:
-    """One line: max R-hat over the hyperparameters and the number of divergences."""
-    post = tree["posterior"].to_dataset()
-    hyper = [v for v in post.data_vars if "memory" not in post[v].dims]
-    if post.sizes["chain"] > 1 and hyper:
-        rh = azs.rhat(tree, var_names=hyper)
-        max_rhat = max(float(np.nanmax(rh[v].values)) for v in rh.data_vars)
-        rhat_txt = f"max R-hat {max_rhat:.3f} over {len(hyper)} hyperparameters"
-    else:
-        rhat_txt = "R-hat n/a (one chain)"
-    div = int(tree["sample_stats"]["diverging"].sum())
-    n = int(tree["sample_stats"]["diverging"].size)
-    flag = "ok" if div == 0 and "n/a" not in rhat_txt and max_rhat < 1.01 else "check"
-    return f"health: {flag}: {rhat_txt}; {div} divergences in {n} draws"
+def health_line(tree: xr.DataTree) -> str:
+    """One line after a fit: the verdict decide and the report give, R-hat, divergences."""
+    from cmp_bayes.posterior.health import sampler_health
+
+    return sampler_health(tree, advisory=False).line()

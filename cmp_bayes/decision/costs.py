@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Final
 
+from cmp_bayes.constants import MAX_DIVERGENCE_SHARE, RHAT_MAX
 from cmp_bayes.errors import ConfigError
 
 #: Estimands a threshold may apply to.
@@ -86,8 +87,8 @@ class Costs:
     capacity: int | None = None
     min_exposures: int = 1
     min_mean_shift: float = 0.0
-    max_rhat: float = 1.01
-    max_divergence_share: float = 0.0
+    max_rhat: float = RHAT_MAX
+    max_divergence_share: float = MAX_DIVERGENCE_SHARE
 
     def __post_init__(self) -> None:
         _positive_float(self, "forget_cost")

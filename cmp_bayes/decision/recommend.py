@@ -104,9 +104,10 @@ def recommend_exposures(
     with warnings.catch_warnings():
         # the decisions' own warnings belong to `decide`; here they are in the table
         warnings.simplefilter("ignore", DecisionWarning)
-        decisions = decide(dt, costs)
+        result = decide(dt, costs)
+    decisions = result.table
     mem = MemoryDraws.from_posterior(dt, costs.estimand)
-    health_ok = bool(decisions.attrs["health"]["ok"])
+    health_ok = result.health.ok
 
     n = len(decisions)
     action = decisions["action"].to_numpy(dtype=object)
@@ -166,7 +167,7 @@ def recommend_exposures(
         budget=int(budget),
         exposures=int(exposures),
         costs=costs.to_dict(),
-        health=decisions.attrs["health"],
+        health=result.health.to_dict(),
     )
     return table
 

@@ -30,7 +30,7 @@ them, ``E[loss | forget] - E[loss | retain] = (f + r) p - r`` (the loss-optimal
 order: increasing ``p``; ties by increasing posterior mean of the estimand,
 then memory id) until K are kept. Memories that are not allowed are never
 forgotten for capacity; when the capacity cannot be met the shortfall is
-reported (row reasons, ``DataFrame.attrs["capacity_shortfall"]`` and a
+reported (row reasons, :attr:`Decisions.capacity_shortfall` and a
 :class:`DecisionWarning`).
 
 Monotonicity (tested): the forgotten set is always a prefix of the allowed
@@ -51,15 +51,23 @@ import xarray as xr
 
 from cmp_bayes.constants import IDENTIFIED, RETRIEVED_ONLY, UNIDENTIFIED
 from cmp_bayes.decision.costs import Costs
-from cmp_bayes.decision.health import Health, memory_rhat, sampler_health
+from cmp_bayes.decision.decisions import ACTIONS, DEFER, FORGET, RETAIN, DecisionRule, Decisions
 from cmp_bayes.decision.preposterior import MAX_EXPOSURES, exposures_to_resolve
 from cmp_bayes.errors import PosteriorError
+from cmp_bayes.posterior.health import SamplerHealth, memory_rhat, sampler_health
 from cmp_bayes.posterior.io import as_posterior
 
-RETAIN: Final[str] = "retain"
-FORGET: Final[str] = "forget"
-DEFER: Final[str] = "defer"
-ACTIONS: Final[tuple[str, ...]] = (RETAIN, FORGET, DEFER)
+__all__ = [
+    "ACTIONS",
+    "COLUMNS",
+    "DEFER",
+    "FORGET",
+    "RETAIN",
+    "DecisionWarning",
+    "Decisions",
+    "MemoryDraws",
+    "decide",
+]
 
 #: Columns of the decision table, in order.
 COLUMNS: Final[tuple[str, ...]] = (
@@ -90,7 +98,7 @@ class DecisionWarning(UserWarning):
     """A decision the user should look at: unmet capacity, a failed sampler check."""
 
 
-def decide(posterior: xr.DataTree | str | Path, costs: Costs | None = None) -> pd.DataFrame:
+def decide(posterior: xr.DataTree | str | Path, costs: Costs | None = None) -> Decisions:
     """Retain / forget / defer every memory of a fitted posterior.
 
     Parameters
@@ -105,8 +113,8 @@ def decide(posterior: xr.DataTree | str | Path, costs: Costs | None = None) -> p
 
     Returns
     -------
-    pandas.DataFrame
-        One row per memory, in the posterior's memory order, columns
+    Decisions
+        ``table``: one row per memory, in the posterior's memory order, columns
         :data:`COLUMNS`: ``p_useful`` = P(estimand > threshold); ``expected_value``
         = posterior mean of the estimand (outcome units); the two expected
         losses (cost units); ``status``, ``exposed``, ``retrieved``,
@@ -116,9 +124,11 @@ def decide(posterior: xr.DataTree | str | Path, costs: Costs | None = None) -> p
         (bool: the guards allow a forget, whatever the costs say);
         ``exposures_needed`` (Int64, defer rows only: extra exposures after
         which the rule can decide; <NA> elsewhere, and where more than
-        ``MAX_EXPOSURES`` would be needed); ``reason``, a sentence.
-        ``attrs``: ``costs``, ``forget_below``, ``estimand_variable``,
-        ``health``, ``capacity_shortfall``, ``counts``.
+        ``MAX_EXPOSURES`` would be needed); ``reason``, a sentence. Beside
+        it: ``rule`` (estimand variable, threshold, ``forget_below``, costs),
+        ``health`` (:func:`cmp_bayes.posterior.health.sampler_health` with the
+        thresholds of ``costs``), ``costs``, ``capacity_shortfall`` (memories
+        capacity would still need gone), ``counts()`` and ``summary()``.
 
     Raises
     ------
@@ -128,7 +138,12 @@ def decide(posterior: xr.DataTree | str | Path, costs: Costs | None = None) -> p
     costs = Costs() if costs is None else costs
     dt = as_posterior(posterior)
     draws = MemoryDraws.from_posterior(dt, costs.estimand)
-    health = sampler_health(dt, costs)
+    health = sampler_health(
+        dt,
+        max_rhat=costs.max_rhat,
+        max_divergence_share=costs.max_divergence_share,
+        advisory=False,  # they never change the verdict; the report runs them
+    )
 
     est = draws.estimand
     p = (est > costs.threshold).mean(("chain", "draw")).to_numpy().astype("float64")
@@ -224,15 +239,16 @@ def decide(posterior: xr.DataTree | str | Path, costs: Costs | None = None) -> p
         warnings.warn(
             "no memory forgotten: " + "; ".join(health.problems), DecisionWarning, stacklevel=2
         )
-    frame.attrs.update(
-        costs=costs.to_dict(),
+    rule = DecisionRule(
+        variable=draws.variable,
+        threshold=costs.threshold,
         forget_below=costs.forget_below,
-        estimand_variable=draws.variable,
-        health=health.to_dict(),
-        capacity_shortfall=int(shortfall),
-        counts={a: int((frame["action"] == a).sum()) for a in ACTIONS},
+        forget_cost=costs.forget_cost,
+        retain_cost=costs.retain_cost,
     )
-    return frame
+    return Decisions(
+        table=frame, rule=rule, health=health, costs=costs, capacity_shortfall=int(shortfall)
+    )
 
 
 class MemoryDraws:
@@ -367,7 +383,7 @@ def _forget_set(
 def _reasons(
     frame: pd.DataFrame,
     costs: Costs,
-    health: Health,
+    health: SamplerHealth,
     bayes_forget: np.ndarray,
     eligible: np.ndarray,
     rhat_bad: np.ndarray,
@@ -450,7 +466,7 @@ def _reasons(
 
 
 def _why_not_allowed(
-    frame: pd.DataFrame, costs: Costs, eligible: np.ndarray, health: Health, rhat_bad: np.ndarray
+    frame: pd.DataFrame, costs: Costs, eligible: np.ndarray, health: SamplerHealth, rhat_bad: np.ndarray
 ) -> np.ndarray:
     """Per memory, a short phrase saying why it may not be forgotten ("" if it may)."""
     why = np.full(len(frame), "", dtype=object)

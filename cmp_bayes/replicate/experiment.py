@@ -313,17 +313,12 @@ def _auc_row(method: str, level: str, ev: dict[str, Any]) -> dict[str, Any]:
 
 
 def _health(dt: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    try:
-        ss = dt["sample_stats"]
-        out["divergences"] = int(ss["diverging"].sum()) if "diverging" in ss else None
-        import arviz_stats
+    """Divergences and the largest hyperparameter R-hat, from the one health check."""
+    from cmp_bayes.posterior.health import sampler_health
 
-        post = dt["posterior"].to_dataset()
-        hyper = [v for v in post.data_vars if "memory" not in post[v].dims]
-        if hyper:
-            r = arviz_stats.rhat(post[hyper])
-            out["max_rhat_hyper"] = float(max(float(r[v].max()) for v in r.data_vars))
-    except Exception as exc:  # health is reported, never fatal
-        out["error"] = str(exc)
-    return out
+    health = sampler_health(dt, advisory=False)
+    return {
+        "divergences": health.divergences,
+        "max_rhat_hyper": health.max_rhat,
+        "ok": health.ok,
+    }

@@ -12,15 +12,18 @@ from __future__ import annotations
 import datetime as dt
 import html as html_lib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 import xarray as xr
 
 from cmp_bayes.atomic import write_text_atomic
 from cmp_bayes.constants import CI_KIND, CI_PROB
 from cmp_bayes.errors import CmpBayesError, PosteriorError
+from cmp_bayes.posterior.health import sampler_health
 from cmp_bayes.posterior.io import as_posterior
+
+if TYPE_CHECKING:
+    from cmp_bayes.decision.decisions import Decisions
 
 #: File names inside the report folder.
 INDEX_HTML: str = "index.html"
@@ -30,7 +33,7 @@ SUMMARY_MD: str = "summary.md"
 def report(
     posterior: xr.DataTree | str | Path,
     out_dir: str | Path,
-    decisions: pd.DataFrame | None = None,
+    decisions: Decisions | None = None,
     costs: Any = None,
     log: Any = None,
 ) -> Path:
@@ -44,12 +47,14 @@ def report(
     out_dir : str or Path
         Folder for ``index.html`` and ``summary.md`` (created; other files in it
         are left alone).
-    decisions : pandas.DataFrame, optional
-        Output of ``cmp_bayes.decision.rule.decide``. Computed here with
-        ``costs`` (default ``Costs()``) when omitted and the decide module is
-        installed.
+    decisions : Decisions, optional
+        What ``cmp_bayes.decide`` returned. Computed here with ``costs``
+        (default ``Costs()``) when omitted and the decide module is installed.
     costs : cmp_bayes.decision.costs.Costs, optional
-        Costs used when ``decisions`` is computed here.
+        Costs used when ``decisions`` is computed here. The sampler-health
+        section grades with the R-hat and divergence thresholds of the costs
+        behind the decisions (``decisions.costs``, else ``costs``, else the
+        package defaults), so it gives the verdict that gated the forgets.
     log : ExposureLog, optional
         The log the posterior was fitted to: adds memory texts to the decision
         table where the log's memories file has them.
@@ -65,18 +70,23 @@ def report(
         The posterior lacks the ``posterior`` group.
     """
     from cmp_bayes.reporting import sections as sec
-    from cmp_bayes.reporting.health import sampler_health
 
     tree = as_posterior(posterior)
     if not isinstance(tree, xr.DataTree) or "posterior" not in tree.children:
         raise PosteriorError("cannot report: the posterior has no 'posterior' group")
     out_dir = Path(out_dir)
-    health = sampler_health(tree)
-    hyper = health.hyperparameters
-    ident = sec.identification_frame(tree)
     note = ""
     if decisions is None:
         decisions, note = _decide(tree, costs)
+    gate = decisions.costs if decisions is not None else costs
+    thresholds = (
+        {}
+        if gate is None
+        else {"max_rhat": gate.max_rhat, "max_divergence_share": gate.max_divergence_share}
+    )
+    health = sampler_health(tree, **thresholds)
+    hyper = health.hyperparameters
+    ident = sec.identification_frame(tree)
 
     sections = [
         sec.overview(health, ident, decisions, tree),
@@ -109,7 +119,7 @@ def report(
     return out_dir / INDEX_HTML
 
 
-def _decide(tree: xr.DataTree, costs: Any) -> tuple[pd.DataFrame | None, str]:
+def _decide(tree: xr.DataTree, costs: Any) -> tuple[Decisions | None, str]:
     from cmp_bayes.decision.rule import decide
 
     try:

@@ -14,14 +14,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 import xarray as xr
 
-from cmp_bayes.atomic import write_text_atomic
 from cmp_bayes.log.schema import ExposureLog
 from cmp_bayes.model.config import SamplerConfig
+
+if TYPE_CHECKING:
+    from cmp_bayes.decision.decisions import Decisions
 
 #: Sampler settings: the default run, and --quick (half the draws; compiling the model
 #: dominates the time of a small log, so it saves little; 200 draws failed R-hat here).
@@ -40,8 +41,8 @@ class PipelineResult:
         Name of the posterior and report.
     log_path : Path
     posterior_path, report_path, summary_path, decisions_path : Path
-    decisions : pandas.DataFrame
-        The decision table (as written to CSV).
+    decisions : Decisions
+        What ``decide`` returned (its ``table`` is what was written to CSV).
     positivity : Any
         The :class:`~cmp_bayes.diagnostics.positivity.PositivityReport`.
     timings : dict of str to float
@@ -54,13 +55,13 @@ class PipelineResult:
     report_path: Path
     summary_path: Path
     decisions_path: Path
-    decisions: pd.DataFrame
+    decisions: Decisions
     positivity: Any
     timings: dict[str, float] = field(default_factory=dict)
 
     def summary(self) -> str:
         """A few lines: where each output is, the action counts, the health line."""
-        acts = self.decisions["action"].value_counts()
+        acts = self.decisions.counts()
         lines = [
             f"log:        {self.log_path}",
             f"posterior:  {self.posterior_path}",
@@ -71,9 +72,9 @@ class PipelineResult:
             + ", ".join(f"{int(acts.get(a, 0))} {a}" for a in ("retain", "forget", "defer"))
             + f" (of {len(self.decisions)} memories)",
         ]
-        health = self.decisions.attrs.get("health")
-        if isinstance(health, dict) and health.get("problems"):
-            lines.append("sampler:    forgets refused: " + "; ".join(health["problems"]))
+        health = self.decisions.health
+        if health.problems:
+            lines.append("sampler:    forgets refused: " + "; ".join(health.problems))
         lines.append("time:       " + ", ".join(f"{k} {v:.1f}s" for k, v in self.timings.items()))
         return "\n".join(lines)
 
@@ -117,20 +118,20 @@ def save_stage(posterior: xr.DataTree, models_dir: str | Path, name: str) -> Pat
     return Path(save_posterior(posterior, Path(models_dir) / f"{name}.nc"))
 
 
-def decide_stage(posterior: xr.DataTree, costs: Any = None) -> pd.DataFrame:
+def decide_stage(posterior: xr.DataTree, costs: Any = None) -> Decisions:
     """Retain / forget / defer per memory (:func:`cmp_bayes.decision.rule.decide`)."""
     from cmp_bayes.decision.rule import decide
 
     return decide(posterior, costs)
 
 
-def write_decisions(decisions: pd.DataFrame, path: str | Path) -> Path:
+def write_decisions(decisions: Decisions, path: str | Path) -> Path:
     """Write the decision table as CSV, atomically."""
-    return write_text_atomic(path, decisions.to_csv(index=False))
+    return decisions.to_csv(path)
 
 
 def report_stage(
-    posterior: xr.DataTree, out_dir: str | Path, decisions: pd.DataFrame, log: ExposureLog
+    posterior: xr.DataTree, out_dir: str | Path, decisions: Decisions, log: ExposureLog
 ) -> Path:
     """Write ``index.html`` and ``summary.md`` (:func:`cmp_bayes.reporting.html.report`)."""
     from cmp_bayes.reporting.html import report

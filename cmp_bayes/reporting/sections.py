@@ -14,15 +14,18 @@ import html
 import math
 import warnings
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 import xarray as xr
 
 from cmp_bayes.constants import CI_KIND, CI_PROB, IDENTIFIED, RETRIEVED_ONLY, STATUSES, UNIDENTIFIED
+from cmp_bayes.posterior.health import SamplerHealth, hyperparameter_names
 from cmp_bayes.reporting import plots
-from cmp_bayes.reporting.health import SamplerHealth, hyperparameter_names
+
+if TYPE_CHECKING:
+    from cmp_bayes.decision.decisions import Decisions
 
 #: Memories shown at each end of the forest plot.
 FOREST_EACH_END: int = 10
@@ -168,7 +171,7 @@ def tau_summary(posterior: xr.DataTree) -> pd.DataFrame:
 def overview(
     health: SamplerHealth,
     ident: pd.DataFrame,
-    decisions: pd.DataFrame | None,
+    decisions: Decisions | None,
     posterior: xr.DataTree,
 ) -> Section:
     """What to look at first: the verdict, the identification counts, the decisions."""
@@ -183,8 +186,8 @@ def overview(
             "from the other memories): the log cannot say whether it helps, so it is never "
             "forgotten."
         )
-    if decisions is not None and "action" in decisions:
-        acts = decisions["action"].value_counts()
+    if decisions is not None:
+        acts = decisions.counts()
         items.append(
             "Decisions under default costs: "
             + ", ".join(f"{int(acts.get(a, 0)):,} {a}" for a in ("retain", "forget", "defer"))
@@ -218,7 +221,7 @@ def overview(
 
 
 def sampler_health_section(health: SamplerHealth) -> Section:
-    """Table of the arviz_stats.diagnose checks with verdicts and what to do on fail."""
+    """Table of the sampler checks with verdicts and what to do on fail."""
     frame = pd.DataFrame(
         [
             {
@@ -235,8 +238,10 @@ def sampler_health_section(health: SamplerHealth) -> Section:
     body = f"<p class='verdict {cls}'>{html.escape(health.verdict)}</p>" + table_html(frame)
     md = f"**{health.verdict}**\n\n" + table_md(frame)
     lead = (
-        "From arviz_stats.diagnose over the hyperparameters (the only parameters NUTS samples; "
-        "each memory's tau and rho are drawn exactly given them)."
+        "Checks of the hyperparameters (the only parameters NUTS samples; each memory's tau "
+        "and rho are drawn exactly given them), from cmp_bayes.posterior.health: the verdict "
+        "rests on divergences and R-hat, the same verdict fit and decide give; the other "
+        "checks are advisory ('warn')."
     )
     return Section("sampler-health", "Sampler health", lead, body, md)
 
@@ -483,7 +488,7 @@ def predictive_coverage(posterior: xr.DataTree) -> tuple[float, int] | None:
     return float(inside[keep].mean()), int(keep.sum())
 
 
-def decisions_section(decisions: pd.DataFrame | None, note: str = "", log: Any = None) -> Section:
+def decisions_section(decisions: Decisions | None, note: str = "", log: Any = None) -> Section:
     """The decision table under the given (default) costs, with reasons."""
     lead = (
         "retain / forget / defer per memory from the asymmetric Bayes rule (forgetting a useful "
@@ -493,11 +498,11 @@ def decisions_section(decisions: pd.DataFrame | None, note: str = "", log: Any =
     if decisions is None:
         msg = note or "Decisions not computed."
         return Section("decisions", "Decisions", lead, _p(msg), msg + "\n")
-    acts = decisions["action"].value_counts()
+    acts = decisions.counts()
     counts = pd.DataFrame(
         [{"action": a, "memories": int(acts.get(a, 0))} for a in ("retain", "forget", "defer")]
     )
-    shown = _consequential(decisions)
+    shown = _consequential(decisions.table)
     text = _memory_text(log)
     if text is not None:
         shown = shown.merge(text, on="memory_id", how="left")
@@ -508,15 +513,13 @@ def decisions_section(decisions: pd.DataFrame | None, note: str = "", log: Any =
         if len(decisions) > len(shown)
         else "Every memory is listed."
     )
-    costs = decisions.attrs.get("costs")
-    costs_text = ""
-    if isinstance(costs, dict):
-        costs_text = (
-            f"Costs: forget a useful memory {fmt(costs.get('forget_cost'))}, keep a useless one "
-            f"{fmt(costs.get('retain_cost'))}; useful = {costs.get('estimand', 'tau')} > "
-            f"{fmt(costs.get('threshold'))}; forget only when P(useful) < "
-            f"{fmt(decisions.attrs.get('forget_below'))}."
-        )
+    costs = decisions.costs
+    costs_text = (
+        f"Costs: forget a useful memory {fmt(costs.forget_cost)}, keep a useless one "
+        f"{fmt(costs.retain_cost)}; useful = {costs.estimand} > "
+        f"{fmt(costs.threshold)}; forget only when P(useful) < "
+        f"{fmt(decisions.rule.forget_below)}."
+    )
     body = (_p(costs_text) if costs_text else "") + table_html(counts) + _p(more)
     body += table_html(shown, classes="decisions")
     md = (

@@ -1,0 +1,256 @@
+"""One sampler-health verdict: ``cmp-bayes fit``, the report and ``decide`` agree on every posterior.
+
+All three read :func:`cmp_bayes.posterior.health.sampler_health`; these tests
+check that they do by changing the one implementation (its R-hat, its
+hyperparameter definition) and watching all three consumers follow, and by the
+two edge cases the issue names: R-hat exactly at the 1.01 threshold (``<=``
+passes) and a single divergent draw (fails).
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import xarray as xr
+from _posterior_fixtures import memory_table, synthetic_posterior
+
+import cmp_bayes as cb
+from cmp_bayes.cli.fit import health_line
+from cmp_bayes.cli.main import main
+from cmp_bayes.constants import IDENTIFIED, RHAT_MAX
+from cmp_bayes.decision.costs import Costs
+from cmp_bayes.decision.decisions import Decisions
+from cmp_bayes.decision.rule import DecisionWarning, decide
+from cmp_bayes.posterior import health as health_mod
+from cmp_bayes.posterior import sampling_checks
+from cmp_bayes.replicate import experiment
+from cmp_bayes.reporting import sections
+from cmp_bayes.reporting.html import report
+
+
+def forgettable_memories(n: int = 4) -> pd.DataFrame:
+    """Identified, well exposed memories that are useless with P ~ 1: decide forgets them all."""
+    return pd.DataFrame(
+        {
+            "memory_id": [f"m{i}" for i in range(n)],
+            "status": IDENTIFIED,
+            "exposed": 8,
+            "retrieved": 3,
+            "in_store": 400,
+            "p_useful": 0.0,
+            "rho_mean": 0.05,
+        }
+    )
+
+
+def report_verdict(posterior: xr.DataTree, out: Path, costs: Costs | None = None) -> str:
+    """The verdict line of the sampler-health section of the written summary.md."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DecisionWarning)  # decide inside the report
+        report(posterior, out, costs=costs)
+    md = (out / "summary.md").read_text(encoding="utf-8")
+    section = md.split('<a id="sampler-health"></a>', 1)[1].split("<a id=", 1)[0]
+    (line,) = [ln for ln in section.splitlines() if ln.startswith("**")]
+    return line.strip("*")
+
+
+def decide_quietly(posterior: xr.DataTree, costs: Costs | None = None) -> Decisions:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DecisionWarning)
+        return decide(posterior, costs)
+
+
+def verdicts(posterior: xr.DataTree, out: Path, costs: Costs | None = None) -> dict[str, bool]:
+    """Each consumer's pass/fail for one posterior."""
+    line = health_line(posterior)
+    page = report_verdict(posterior, out, costs)
+    decisions = decide_quietly(posterior, costs)
+    assert line.startswith(("health: ok:", "health: check:")), line
+    assert page.startswith(("PASS:", "FAIL:")), page
+    return {
+        "fit": line.startswith("health: ok:"),
+        "report": page.startswith("PASS:"),
+        "decide": decisions.health.ok and bool((decisions.table["action"] == "forget").all()),
+    }
+
+
+# ----------------------------------------------------------------- R-hat at the threshold
+
+
+def constant_rhat(value: float):  # noqa: ANN201 - a stand-in for health.rhat
+    """An R-hat function that returns ``value`` for every element."""
+
+    def fake(ds: xr.Dataset) -> xr.Dataset:
+        return xr.Dataset(
+            {
+                name: da.isel(chain=0, draw=0, drop=True).astype("float64") * 0.0 + value
+                for name, da in ds.data_vars.items()
+            }
+        )
+
+    return fake
+
+
+def test_rhat_exactly_at_threshold_passes_everywhere(tmp_path, monkeypatch) -> None:
+    post = synthetic_posterior(forgettable_memories(), draws=200, seed=3)
+    monkeypatch.setattr(sampling_checks, "rhat", constant_rhat(RHAT_MAX))
+    got = verdicts(post, tmp_path / "at")
+    assert got == {"fit": True, "report": True, "decide": True}
+    assert "max R-hat 1.010 over 3 hyperparameters" in health_line(post)
+    assert decide_quietly(post).health.max_rhat == RHAT_MAX
+    # the next float above the threshold fails all three
+    monkeypatch.setattr(sampling_checks, "rhat", constant_rhat(np.nextafter(RHAT_MAX, 2.0)))
+    got = verdicts(post, tmp_path / "above")
+    assert got == {"fit": False, "report": False, "decide": False}
+
+
+def test_measured_rhat_as_threshold_passes_and_just_below_fails(tmp_path) -> None:
+    # real draws, real R-hat: chain 0 of one hyperparameter shifted so R-hat is clearly > 1
+    post = synthetic_posterior(forgettable_memories(), draws=200, seed=4)
+    ds = post["posterior"].to_dataset()
+    shifted = ds["mu_useful"].copy()
+    shifted[0] = shifted[0] + 0.01
+    post["posterior"] = xr.DataTree(ds.assign(mu_useful=shifted))
+    measured = health_mod.sampler_health(post).max_rhat
+    assert measured is not None and measured > RHAT_MAX
+    at = Costs(max_rhat=measured)
+    below = Costs(max_rhat=float(np.nextafter(measured, 0.0)))
+    assert health_mod.sampler_health(post, max_rhat=measured).ok
+    assert report_verdict(post, tmp_path / "at", at).startswith("PASS:")
+    assert (decide_quietly(post, at).table["action"] == "forget").all()
+    assert report_verdict(post, tmp_path / "below", below).startswith("FAIL:")
+    refused = decide_quietly(post, below)
+    assert not (refused.table["action"] == "forget").any()
+    assert "R-hat of mu_useful" in "; ".join(refused.health.problems)
+    # with default thresholds fit, the report and decide all fail it
+    assert verdicts(post, tmp_path / "default") == {"fit": False, "report": False, "decide": False}
+
+
+# ----------------------------------------------------------------- one divergent draw
+
+
+def test_single_divergent_draw_fails_everywhere(tmp_path, capsys) -> None:
+    clean = synthetic_posterior(forgettable_memories(), draws=200, seed=5)
+    assert verdicts(clean, tmp_path / "clean") == {"fit": True, "report": True, "decide": True}
+    post = synthetic_posterior(forgettable_memories(), draws=200, seed=5, divergences=1)
+    assert verdicts(post, tmp_path / "div") == {"fit": False, "report": False, "decide": False}
+    assert health_line(post).endswith("1 divergences in 400 draws")
+    assert "divergences" in report_verdict(post, tmp_path / "div2")
+    with pytest.warns(DecisionWarning, match="no memory forgotten: 1 divergent draws"):
+        decisions = decide(post)
+    assert decisions.counts() == {"retain": 0, "forget": 0, "defer": 4}
+    assert decisions.table["reason"].str.contains("sampler failed its checks").all()
+    assert "1 divergent draws" in decisions.summary()
+    assert "No memory was forgotten" in decisions.text
+    # the decide CLI prints the same health line
+    path = tmp_path / "post.nc"
+    post.to_netcdf(path, engine="h5netcdf")
+    assert main(["decide", str(path)]) == 0
+    assert decisions.health.summary() in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("case", ["clean", "stuck", "two-divergences", "no-diverging"])
+def test_same_verdict_on_every_kind_of_posterior(tmp_path, case: str) -> None:
+    kwargs = {"stuck": {"stuck_chain": True}, "two-divergences": {"divergences": 2}}
+    post = synthetic_posterior(forgettable_memories(), draws=200, seed=6, **kwargs.get(case, {}))
+    if case == "no-diverging":
+        post["sample_stats"] = post["sample_stats"].to_dataset().drop_vars("diverging")
+    got = verdicts(post, tmp_path / case)
+    assert len(set(got.values())) == 1, got
+    assert got["fit"] is (case == "clean")
+
+
+def test_one_chain_fails_everywhere() -> None:
+    # R-hat cannot be checked with one chain. (The full report cannot draw its rank plot
+    # from one chain, so the report's sampler-health section is built directly here.)
+    post = synthetic_posterior(forgettable_memories(), draws=200, seed=6, chains=1)
+    assert health_line(post).startswith("health: check: R-hat n/a (one chain)")
+    section = sections.sampler_health_section(health_mod.sampler_health(post))
+    assert section.markdown.startswith("**FAIL: R-hat (hyperparameters)")
+    decisions = decide_quietly(post)
+    assert not decisions.health.ok and not (decisions.table["action"] == "forget").any()
+
+
+# ----------------------------------------------------------------- one definition
+
+
+def test_hyperparameter_definition_is_one_object() -> None:
+    assert sections.hyperparameter_names is health_mod.hyperparameter_names
+    assert health_mod.hyperparameter_names is sampling_checks.hyperparameter_names
+    assert health_mod.rhat is sampling_checks.rhat
+    post = synthetic_posterior(memory_table(6, seed=1), per_query=True, seed=1)
+    names = health_mod.hyperparameter_names(post)
+    assert names == ["w_useful", "null_sd", "mu_useful"]  # no memory- or query-dim variable
+    assert health_mod.sampler_health(post).hyperparameters == names
+
+
+def test_changing_the_definition_changes_every_consumer(tmp_path, monkeypatch) -> None:
+    # w_useful's chains disagree; if the one definition stops calling it a hyperparameter,
+    # fit, the report, decide and the replication harness must all stop checking it.
+    post = synthetic_posterior(forgettable_memories(), draws=200, seed=7, stuck_chain=True)
+    assert verdicts(post, tmp_path / "a") == {"fit": False, "report": False, "decide": False}
+    assert experiment._health(post)["ok"] is False
+    original = sampling_checks.is_hyperparameter
+    monkeypatch.setattr(
+        sampling_checks, "is_hyperparameter", lambda da: da.name != "w_useful" and original(da)
+    )
+    assert verdicts(post, tmp_path / "b") == {"fit": True, "report": True, "decide": True}
+    got = experiment._health(post)
+    assert got["ok"] is True and got["divergences"] == 0 and got["max_rhat_hyper"] < RHAT_MAX
+
+
+def test_rhat_is_rank_normalized_max_of_bulk_and_folded() -> None:
+    import arviz_stats
+
+    post = synthetic_posterior(memory_table(5, seed=2), seed=2)
+    ds = post["posterior"].to_dataset()[["w_useful", "tau"]]
+    got = health_mod.rhat(ds)
+    ref = arviz_stats.rhat(ds, sample_dims=["chain", "draw"], method="rank")
+    for name in ds.data_vars:
+        np.testing.assert_allclose(got[name].to_numpy(), ref[name].to_numpy())
+    # chains with the same centre but three times the spread: the bulk (location) R-hat
+    # passes them, the folded part of the one R-hat does not
+    rng = np.random.default_rng(0)
+    wide = xr.Dataset(
+        {"w": (("chain", "draw"), rng.normal(0.0, 1.0, (2, 1000)) * np.array([[1.0], [3.0]]))}
+    )
+    bulk = float(arviz_stats.rhat(wide, sample_dims=["chain", "draw"], method="z_scale")["w"])
+    assert bulk <= RHAT_MAX < float(health_mod.rhat(wide)["w"])
+
+
+# ----------------------------------------------------------------- the Decisions object
+
+
+def test_decisions_object_carries_what_attrs_did(tmp_path) -> None:
+    post = synthetic_posterior(memory_table(30, seed=8), draws=300, seed=8)
+    costs = Costs(capacity=5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DecisionWarning)
+        d = cb.decide(post, costs)
+    assert isinstance(d, cb.Decisions) and cb.Decisions is Decisions
+    assert len(d) == len(d.table) == 30
+    counts = d.counts()
+    assert set(counts) == {"retain", "forget", "defer"} and sum(counts.values()) == 30
+    assert counts["forget"] == len(d.forgets) and counts["defer"] == len(d.defers)
+    assert counts["retain"] == len(d.retains)
+    assert d.costs is costs and d.rule.forget_below == pytest.approx(costs.forget_below)
+    assert d.rule.variable == "tau" and d.rule.threshold == costs.threshold
+    assert d.health.ok and d.health.rhat_threshold == costs.max_rhat
+    kept = int((d.table["action"] != "forget").sum())
+    assert d.capacity_shortfall == max(0, kept - 5)
+    assert f"30 memories: {counts['retain']} retain, {counts['forget']} forget" in d.summary()
+    assert d.rule.describe() in d.summary()
+    assert repr(d).startswith("Decisions(30 memories") and "<table" in d._repr_html_()
+    doc = d.to_dict()
+    assert doc["counts"] == counts and doc["health"]["ok"] is True
+    assert doc["costs"] == costs.to_dict()
+    (tmp_path / "sub").mkdir()
+    out = d.to_csv(tmp_path / "sub" / "decisions.csv")
+    back = pd.read_csv(out, dtype={"memory_id": str})
+    assert list(back.columns) == list(d.table.columns)
+    assert list(back["action"]) == list(d.table["action"])
+    assert not list((tmp_path / "sub").glob("*.tmp"))
