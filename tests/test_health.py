@@ -16,7 +16,6 @@ import numpy as np
 import pandas as pd
 import pytest
 import xarray as xr
-from _posterior_fixtures import memory_table, synthetic_posterior
 
 import cmp_bayes as cb
 from cmp_bayes.cli.fit import health_line
@@ -30,6 +29,8 @@ from cmp_bayes.posterior import sampling_checks
 from cmp_bayes.replicate import experiment
 from cmp_bayes.reporting import sections
 from cmp_bayes.reporting.html import report
+from cmp_bayes.testing import memory_table, synthetic_posterior
+from cmp_bayes.testing.posterior import STUCK_HYPERPARAMETER
 
 
 def forgettable_memories(n: int = 4) -> pd.DataFrame:
@@ -100,7 +101,8 @@ def test_rhat_exactly_at_threshold_passes_everywhere(tmp_path, monkeypatch) -> N
     monkeypatch.setattr(sampling_checks, "rhat", constant_rhat(RHAT_MAX))
     got = verdicts(post, tmp_path / "at")
     assert got == {"fit": True, "report": True, "decide": True}
-    assert "max R-hat 1.010 over 3 hyperparameters" in health_line(post)
+    n_hyper = len(health_mod.hyperparameter_names(post))
+    assert f"max R-hat 1.010 over {n_hyper} hyperparameters" in health_line(post)
     assert decide_quietly(post).health.max_rhat == RHAT_MAX
     # the next float above the threshold fails all three
     monkeypatch.setattr(sampling_checks, "rhat", constant_rhat(np.nextafter(RHAT_MAX, 2.0)))
@@ -112,9 +114,9 @@ def test_measured_rhat_as_threshold_passes_and_just_below_fails(tmp_path) -> Non
     # real draws, real R-hat: chain 0 of one hyperparameter shifted so R-hat is clearly > 1
     post = synthetic_posterior(forgettable_memories(), draws=200, seed=4)
     ds = post["posterior"].to_dataset()
-    shifted = ds["mu_useful"].copy()
+    shifted = ds[STUCK_HYPERPARAMETER].copy()
     shifted[0] = shifted[0] + 0.01
-    post["posterior"] = xr.DataTree(ds.assign(mu_useful=shifted))
+    post["posterior"] = xr.DataTree(ds.assign({STUCK_HYPERPARAMETER: shifted}))
     measured = health_mod.sampler_health(post).max_rhat
     assert measured is not None and measured > RHAT_MAX
     at = Costs(max_rhat=measured)
@@ -125,7 +127,7 @@ def test_measured_rhat_as_threshold_passes_and_just_below_fails(tmp_path) -> Non
     assert report_verdict(post, tmp_path / "below", below).startswith("FAIL:")
     refused = decide_quietly(post, below)
     assert not (refused.table["action"] == "forget").any()
-    assert "R-hat of mu_useful" in "; ".join(refused.health.problems)
+    assert f"R-hat of {STUCK_HYPERPARAMETER}" in "; ".join(refused.health.problems)
     # with default thresholds fit, the report and decide all fail it
     assert verdicts(post, tmp_path / "default") == {"fit": False, "report": False, "decide": False}
 
@@ -184,19 +186,23 @@ def test_hyperparameter_definition_is_one_object() -> None:
     assert health_mod.rhat is sampling_checks.rhat
     post = synthetic_posterior(memory_table(6, seed=1), per_query=True, seed=1)
     names = health_mod.hyperparameter_names(post)
-    assert names == ["w_useful", "null_sd", "mu_useful"]  # no memory- or query-dim variable
+    # the model's hyperparameters; no memory- or query-dim variable (tau, rho_memory, ...)
+    assert names == [
+        "tau_null_sd", "tau_helps_mean", "tau_helps_sd", "tau_hurts_mean", "tau_hurts_sd",
+        "weight_intercept", "rho_intercept", "rho_kappa",
+    ]
     assert health_mod.sampler_health(post).hyperparameters == names
 
 
 def test_changing_the_definition_changes_every_consumer(tmp_path, monkeypatch) -> None:
-    # w_useful's chains disagree; if the one definition stops calling it a hyperparameter,
+    # STUCK_HYPERPARAMETER's chains disagree; if the one definition stops calling it a hyperparameter,
     # fit, the report, decide and the replication harness must all stop checking it.
     post = synthetic_posterior(forgettable_memories(), draws=200, seed=7, stuck_chain=True)
     assert verdicts(post, tmp_path / "a") == {"fit": False, "report": False, "decide": False}
     assert experiment._health(post)["ok"] is False
     original = sampling_checks.is_hyperparameter
     monkeypatch.setattr(
-        sampling_checks, "is_hyperparameter", lambda da: da.name != "w_useful" and original(da)
+        sampling_checks, "is_hyperparameter", lambda da: da.name != STUCK_HYPERPARAMETER and original(da)
     )
     assert verdicts(post, tmp_path / "b") == {"fit": True, "report": True, "decide": True}
     got = experiment._health(post)
@@ -207,7 +213,7 @@ def test_rhat_is_rank_normalized_max_of_bulk_and_folded() -> None:
     import arviz_stats
 
     post = synthetic_posterior(memory_table(5, seed=2), seed=2)
-    ds = post["posterior"].to_dataset()[["w_useful", "tau"]]
+    ds = post["posterior"].to_dataset()[[STUCK_HYPERPARAMETER, "tau"]]
     got = health_mod.rhat(ds)
     ref = arviz_stats.rhat(ds, sample_dims=["chain", "draw"], method="rank")
     for name in ds.data_vars:
