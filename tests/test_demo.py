@@ -20,7 +20,7 @@ from cmp_bayes.cli.main import main
 from cmp_bayes.constants import IDENTIFIED, RETRIEVED_ONLY, UNIDENTIFIED
 from cmp_bayes.data import EXAMPLE_NAME, example_log_path, make_example
 from cmp_bayes.posterior.io import load_posterior
-from cmp_bayes.reporting.sections import SECTION_IDS
+from cmp_bayes.reporting.blocks import SECTION_IDS
 
 
 @pytest.fixture(scope="session")

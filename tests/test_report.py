@@ -23,17 +23,10 @@ from cmp_bayes.errors import PosteriorError
 from cmp_bayes.posterior.health import sampler_health
 from cmp_bayes.posterior.io import save_posterior
 from cmp_bayes.reporting import plots
+from cmp_bayes.reporting.blocks import FOREST_EACH_END, SECTION_IDS, fmt, identification_frame
+from cmp_bayes.reporting.checks import loo_section, ppc_section, predictive_coverage
 from cmp_bayes.reporting.html import report
-from cmp_bayes.reporting.sections import (
-    FOREST_EACH_END,
-    SECTION_IDS,
-    fmt,
-    forest_section,
-    identification_frame,
-    loo_section,
-    ppc_section,
-    predictive_coverage,
-)
+from cmp_bayes.reporting.sections import forest_section
 from cmp_bayes.testing import synthetic_posterior
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -49,12 +49,13 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from cmp_bayes.constants import IDENTIFIED, RETRIEVED_ONLY, UNIDENTIFIED
+from cmp_bayes.constants import IDENTIFIED
 from cmp_bayes.decision.costs import Costs
 from cmp_bayes.decision.decisions import ACTIONS, DEFER, FORGET, RETAIN, DecisionRule, Decisions
-from cmp_bayes.decision.preposterior import MAX_EXPOSURES, exposures_to_resolve
-from cmp_bayes.errors import PosteriorError
-from cmp_bayes.posterior.health import SamplerHealth, memory_rhat, sampler_health
+from cmp_bayes.decision.draws import MemoryDraws
+from cmp_bayes.decision.preposterior import exposures_to_resolve
+from cmp_bayes.decision.reasons import note_shortfall, reasons, why_not_allowed
+from cmp_bayes.posterior.health import memory_rhat, sampler_health
 from cmp_bayes.posterior.io import as_posterior
 
 __all__ = [
@@ -91,7 +92,6 @@ COLUMNS: Final[tuple[str, ...]] = (
 #: preposterior probabilities are means over draws, so 500 draws give them a
 #: Monte Carlo sd of at most sqrt(.25 / 500) ~ 0.02 before reweighting.
 _PREPOSTERIOR_DRAWS: Final[int] = 500
-_IDENT_REQUIRED: Final[tuple[str, ...]] = ("status", "exposed", "retrieved", "in_store")
 
 
 class DecisionWarning(UserWarning):
@@ -222,12 +222,12 @@ def decide(posterior: xr.DataTree | str | Path, costs: Costs | None = None) -> D
         }
     )
     frame["reason"] = pd.Series(
-        _reasons(frame, costs, health, bayes_forget, eligible, rhat_bad, draws.variable),
+        reasons(frame, costs, health, bayes_forget, eligible, rhat_bad, draws.variable),
         dtype="string",
     )
     if shortfall:
-        why = _why_not_allowed(frame, costs, eligible, health, rhat_bad)
-        _note_shortfall(frame, rank_key, costs, shortfall, why)
+        why = why_not_allowed(frame, costs, eligible, health, rhat_bad)
+        note_shortfall(frame, rank_key, costs, shortfall, why)
         warnings.warn(
             f"capacity {costs.capacity} not met: {shortfall} more memories would have to go, "
             "but none of the rest may be forgotten (not identified, too few exposures, "
@@ -251,121 +251,6 @@ def decide(posterior: xr.DataTree | str | Path, costs: Costs | None = None) -> D
     )
 
 
-class MemoryDraws:
-    """The memory-level draws and identification facts the rule reads.
-
-    Attributes
-    ----------
-    variable : str
-        Posterior variable of the estimand (``tau``, ``utility``, or their
-        ``_memory`` form in a per-query posterior).
-    estimand, tau : xarray.DataArray
-        Draws over (chain, draw, memory).
-    identification : pandas.DataFrame
-        Indexed like ``memory_ids``: status (str), exposed, retrieved,
-        in_store (int64), mean_shift (float64, NaN if absent).
-    memory_ids : numpy.ndarray
-        Memory ids (object array of str), the posterior's order.
-    """
-
-    def __init__(
-        self,
-        variable: str,
-        estimand: xr.DataArray,
-        tau: xr.DataArray,
-        identification: pd.DataFrame,
-    ) -> None:
-        self.variable = variable
-        self.estimand = estimand
-        self.tau = tau
-        self.identification = identification
-        self.memory_ids = np.asarray(estimand["memory"].to_numpy()).astype(str).astype(object)
-
-    @classmethod
-    def from_posterior(cls, dt: xr.DataTree, estimand: str) -> MemoryDraws:
-        """Pick the memory-level variables of ``estimand`` and align identification."""
-        for group in ("posterior", "identification"):
-            if group not in dt:
-                raise PosteriorError(f"posterior has no '{group}' group (groups: {_groups(dt)})")
-        post = dt["posterior"].to_dataset()
-        if "tau" not in post:
-            raise PosteriorError("posterior group has no 'tau' variable")
-        per_query = "query" in post["tau"].dims
-        suffix = "_memory" if per_query else ""
-        variable, tau_name = f"{estimand}{suffix}", f"tau{suffix}"
-        for name in (variable, tau_name):
-            if name not in post:
-                kind = (
-                    "a per-query posterior (tau has a query dim)" if per_query else "the posterior"
-                )
-                raise PosteriorError(f"{kind} has no '{name}' variable in its posterior group")
-            dims = set(post[name].dims)
-            if dims != {"chain", "draw", "memory"}:
-                raise PosteriorError(
-                    f"posterior variable '{name}' must be over (chain, draw, memory), "
-                    f"has {tuple(post[name].dims)}"
-                )
-        est = post[variable].transpose("chain", "draw", "memory")
-        tau = post[tau_name].transpose("chain", "draw", "memory")
-        ident = _identification(dt["identification"].to_dataset(), est["memory"].to_numpy())
-        return cls(variable, est, tau, ident)
-
-    def numpy(self, index: np.ndarray, max_draws: int) -> tuple[np.ndarray, np.ndarray]:
-        """Estimand and tau draws of memories ``index`` as float64 ``(len(index), D)``,
-        D <= ``max_draws`` (evenly thinned over chain x draw)."""
-        est = self.estimand.isel(memory=index).stack(sample=("chain", "draw"))
-        tau = self.tau.isel(memory=index).stack(sample=("chain", "draw"))
-        total = est.sizes["sample"]
-        keep = np.unique(np.linspace(0, total - 1, min(total, max_draws)).round().astype(int))
-        e = est.transpose("memory", "sample").to_numpy()[:, keep].astype("float64")
-        t = tau.transpose("memory", "sample").to_numpy()[:, keep].astype("float64")
-        return e, t
-
-
-def _identification(ds: xr.Dataset, memories: np.ndarray) -> pd.DataFrame:
-    missing = [v for v in _IDENT_REQUIRED if v not in ds]
-    if missing:
-        raise PosteriorError(
-            f"identification group lacks {', '.join(missing)} (has: {', '.join(map(str, ds.data_vars))})"
-        )
-    if "memory" not in ds.dims:
-        raise PosteriorError("identification group has no 'memory' dim")
-    if "query" in ds.dims:
-        # per-query identification: memory-level counts are sums over queries,
-        # and the status follows from them by the same rule as the design's
-        ds = ds.copy()
-        for name in ("exposed", "retrieved", "in_store"):
-            ds[name] = ds[name].sum("query")
-        exposed, retrieved = ds["exposed"] >= 1, ds["retrieved"] >= 1
-        ds["status"] = xr.where(
-            exposed, IDENTIFIED, xr.where(retrieved, RETRIEVED_ONLY, UNIDENTIFIED)
-        )
-        if "mean_shift" in ds and "query" in ds["mean_shift"].dims:
-            ds["mean_shift"] = ds["mean_shift"].max("query")
-    ident_ids = np.asarray(ds["memory"].to_numpy()).astype(str)
-    want = np.asarray(memories).astype(str)
-    if set(ident_ids) != set(want):
-        extra = sorted(set(want) - set(ident_ids))[:3]
-        raise PosteriorError(
-            "identification and posterior disagree on the memories"
-            + (f" (e.g. {', '.join(extra)} missing from identification)" if extra else "")
-        )
-    frame = pd.DataFrame(
-        {name: np.asarray(ds[name].to_numpy()) for name in _IDENT_REQUIRED}, index=ident_ids
-    )
-    frame["mean_shift"] = (
-        np.asarray(ds["mean_shift"].to_numpy(), dtype="float64") if "mean_shift" in ds else np.nan
-    )
-    frame = frame.reindex(want)
-    frame["status"] = frame["status"].astype(str)
-    bad = sorted(set(frame["status"]) - {IDENTIFIED, RETRIEVED_ONLY, UNIDENTIFIED})
-    if bad:
-        raise PosteriorError(f"identification status has unknown value {bad[0]!r}")
-    for name in ("exposed", "retrieved", "in_store"):
-        frame[name] = frame[name].astype("int64")
-    return frame
-
-
 def _forget_set(
     rank_key: np.ndarray, allowed: np.ndarray, bayes_forget: np.ndarray, capacity: int | None
 ) -> tuple[np.ndarray, int]:
@@ -380,127 +265,3 @@ def _forget_set(
     return order[:length], shortfall
 
 
-def _reasons(
-    frame: pd.DataFrame,
-    costs: Costs,
-    health: SamplerHealth,
-    bayes_forget: np.ndarray,
-    eligible: np.ndarray,
-    rhat_bad: np.ndarray,
-    variable: str,
-) -> list[str]:
-    c = costs.forget_below
-    out = []
-    for i, row in enumerate(frame.itertuples(index=False)):
-        p, n_exp, n_ret, steps = row.p_useful, row.exposed, row.retrieved, row.in_store
-        need = row.exposures_needed
-        expose = (
-            f"more than {MAX_EXPOSURES} exposures would not settle it"
-            if pd.isna(need)
-            else f"expose it {int(need)} more {'time' if need == 1 else 'times'}"
-        )
-        if row.action == FORGET:
-            if bayes_forget[i]:
-                text = (
-                    f"useless with P={1 - p:.3f} after {n_exp} exposures "
-                    f"(P(useful)={p:.3f} < {c:.3f}): forget"
-                )
-            else:
-                text = (
-                    f"forgotten to meet capacity {costs.capacity}: keeping it is worth least "
-                    f"among memories that may be forgotten (P(useful)={p:.3f})"
-                )
-        elif row.action == DEFER:
-            if row.status == UNIDENTIFIED:
-                text = (
-                    f"never in any context in {steps} steps in the store: utility unidentified "
-                    f"(the prior alone gives P(useful)={p:.3f}), so never forgotten; {expose}"
-                )
-            elif row.status == RETRIEVED_ONLY:
-                text = (
-                    f"retrieved {_times(n_ret)} but never exposed: utility identified only if "
-                    f"retrieval is ignorable, so not forgotten (P(useful)={p:.3f}); {expose}"
-                )
-            elif n_exp < costs.min_exposures:
-                text = (
-                    f"exposed {_times(n_exp)}, fewer than min_exposures={costs.min_exposures}, "
-                    f"so not forgotten (P(useful)={p:.3f}); {expose}"
-                )
-            elif not eligible[i]:
-                text = (
-                    f"data moved tau by only {row.mean_shift:.2f} prior sds "
-                    f"(floor {costs.min_mean_shift}), so not forgotten (P(useful)={p:.3f}); {expose}"
-                )
-            elif not health.ok:
-                text = (
-                    f"the rule would forget (P(useful)={p:.3f}) but the sampler failed its checks "
-                    f"({'; '.join(health.problems)}): refit before forgetting"
-                )
-            elif rhat_bad[i]:
-                text = (
-                    f"the rule would forget (P(useful)={p:.3f}) but R-hat of {variable} for this "
-                    f"memory is {row.rhat:.3f} > {costs.max_rhat}: refit before forgetting"
-                )
-            else:  # pragma: no cover - every defer has one of the causes above
-                text = f"not forgotten (P(useful)={p:.3f})"
-        elif row.status == UNIDENTIFIED:
-            text = (
-                f"never in any context in {steps} steps: the posterior is the prior "
-                f"(P(useful)={p:.3f} >= {c:.3f}): retain; expose it to learn its utility"
-            )
-        elif row.status == RETRIEVED_ONLY:
-            text = (
-                f"retrieved {n_ret} of {steps} times, never exposed: P(useful)={p:.3f} rests on "
-                f"ignorable retrieval: retain"
-            )
-        elif n_ret == 0 and p >= 0.5:
-            text = f"useful when read (P={p:.2f}) but retrieved 0 of {steps} times: fix retrieval"
-        elif p >= 0.5:
-            text = f"useful (P={p:.2f}; retrieved {n_ret} of {steps} times): retain"
-        else:
-            text = f"uncertain (P(useful)={p:.3f}, forget only below {c:.3f}): retain" + (
-                f"; retrieved 0 of {steps} times" if n_ret == 0 else ""
-            )
-        out.append(text)
-    return out
-
-
-def _why_not_allowed(
-    frame: pd.DataFrame, costs: Costs, eligible: np.ndarray, health: SamplerHealth, rhat_bad: np.ndarray
-) -> np.ndarray:
-    """Per memory, a short phrase saying why it may not be forgotten ("" if it may)."""
-    why = np.full(len(frame), "", dtype=object)
-    status = frame["status"].to_numpy()
-    exposed = frame["exposed"].to_numpy()
-    why[rhat_bad] = f"R-hat above {costs.max_rhat}"
-    if not health.ok:
-        why[:] = "the sampler failed its checks"
-    why[~eligible] = "evidence below min_mean_shift"
-    few = (status == IDENTIFIED) & (exposed < costs.min_exposures)
-    why[few] = f"fewer than {costs.min_exposures} exposures"
-    why[status == RETRIEVED_ONLY] = RETRIEVED_ONLY
-    why[status == UNIDENTIFIED] = UNIDENTIFIED
-    return why
-
-
-def _note_shortfall(
-    frame: pd.DataFrame, rank_key: np.ndarray, costs: Costs, shortfall: int, why: np.ndarray
-) -> None:
-    """Add the unmet-capacity sentence to the kept memories capacity would have taken next."""
-    kept = frame["action"].to_numpy() != FORGET
-    order = rank_key[kept[rank_key]][:shortfall]
-    n_kept = int(kept.sum())
-    col = frame.columns.get_loc("reason")
-    for i in order:
-        frame.iat[i, col] = (
-            f"{frame.iat[i, col]}; capacity {costs.capacity} not met ({n_kept} kept): "
-            f"not forgettable ({why[i]})"
-        )
-
-
-def _times(k: int) -> str:
-    return f"{k} time" if k == 1 else f"{k} times"
-
-
-def _groups(dt: xr.DataTree) -> str:
-    return ", ".join(sorted(dt.children)) or "none"

@@ -69,7 +69,9 @@ def report(
     PosteriorError
         The posterior lacks the ``posterior`` group.
     """
+    from cmp_bayes.reporting import actions, checks
     from cmp_bayes.reporting import sections as sec
+    from cmp_bayes.reporting.blocks import identification_frame
 
     tree = as_posterior(posterior)
     if not isinstance(tree, xr.DataTree) or "posterior" not in tree.children:
@@ -86,7 +88,7 @@ def report(
     )
     health = sampler_health(tree, **thresholds)
     hyper = health.hyperparameters
-    ident = sec.identification_frame(tree)
+    ident = identification_frame(tree)
 
     sections = [
         sec.overview(health, ident, decisions, tree),
@@ -95,9 +97,9 @@ def report(
         sec.trace_rank_section(tree, hyper),
         sec.forest_section(tree, ident),
         sec.identification_section(tree, ident),
-        sec.ppc_section(tree),
-        sec.decisions_section(decisions, note, log),
-        sec.loo_section(tree),
+        checks.ppc_section(tree),
+        actions.decisions_section(decisions, note, log),
+        checks.loo_section(tree),
     ]
     title = f"cmp_bayes report: {_name(tree, out_dir)}"
     generated = dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat()

@@ -1,0 +1,135 @@
+"""What decide reads from a posterior: each memory's draws of the estimand and its design status."""
+
+from __future__ import annotations
+
+from typing import Final
+
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+from cmp_bayes.constants import IDENTIFIED, RETRIEVED_ONLY, UNIDENTIFIED
+from cmp_bayes.errors import PosteriorError
+
+_IDENT_REQUIRED: Final[tuple[str, ...]] = ("status", "exposed", "retrieved", "in_store")
+
+
+class MemoryDraws:
+    """The memory-level draws and identification facts the rule reads.
+
+    Attributes
+    ----------
+    variable : str
+        Posterior variable of the estimand (``tau``, ``utility``, or their
+        ``_memory`` form in a per-query posterior).
+    estimand, tau : xarray.DataArray
+        Draws over (chain, draw, memory).
+    identification : pandas.DataFrame
+        Indexed like ``memory_ids``: status (str), exposed, retrieved,
+        in_store (int64), mean_shift (float64, NaN if absent).
+    memory_ids : numpy.ndarray
+        Memory ids (object array of str), the posterior's order.
+    """
+
+    def __init__(
+        self,
+        variable: str,
+        estimand: xr.DataArray,
+        tau: xr.DataArray,
+        identification: pd.DataFrame,
+    ) -> None:
+        self.variable = variable
+        self.estimand = estimand
+        self.tau = tau
+        self.identification = identification
+        self.memory_ids = np.asarray(estimand["memory"].to_numpy()).astype(str).astype(object)
+
+    @classmethod
+    def from_posterior(cls, dt: xr.DataTree, estimand: str) -> MemoryDraws:
+        """Pick the memory-level variables of ``estimand`` and align identification."""
+        for group in ("posterior", "identification"):
+            if group not in dt:
+                raise PosteriorError(f"posterior has no '{group}' group (groups: {group_names(dt)})")
+        post = dt["posterior"].to_dataset()
+        if "tau" not in post:
+            raise PosteriorError("posterior group has no 'tau' variable")
+        per_query = "query" in post["tau"].dims
+        suffix = "_memory" if per_query else ""
+        variable, tau_name = f"{estimand}{suffix}", f"tau{suffix}"
+        for name in (variable, tau_name):
+            if name not in post:
+                kind = (
+                    "a per-query posterior (tau has a query dim)" if per_query else "the posterior"
+                )
+                raise PosteriorError(f"{kind} has no '{name}' variable in its posterior group")
+            dims = set(post[name].dims)
+            if dims != {"chain", "draw", "memory"}:
+                raise PosteriorError(
+                    f"posterior variable '{name}' must be over (chain, draw, memory), "
+                    f"has {tuple(post[name].dims)}"
+                )
+        est = post[variable].transpose("chain", "draw", "memory")
+        tau = post[tau_name].transpose("chain", "draw", "memory")
+        ident = identification_table(dt["identification"].to_dataset(), est["memory"].to_numpy())
+        return cls(variable, est, tau, ident)
+
+    def numpy(self, index: np.ndarray, max_draws: int) -> tuple[np.ndarray, np.ndarray]:
+        """Estimand and tau draws of memories ``index`` as float64 ``(len(index), D)``,
+        D <= ``max_draws`` (evenly thinned over chain x draw)."""
+        est = self.estimand.isel(memory=index).stack(sample=("chain", "draw"))
+        tau = self.tau.isel(memory=index).stack(sample=("chain", "draw"))
+        total = est.sizes["sample"]
+        keep = np.unique(np.linspace(0, total - 1, min(total, max_draws)).round().astype(int))
+        e = est.transpose("memory", "sample").to_numpy()[:, keep].astype("float64")
+        t = tau.transpose("memory", "sample").to_numpy()[:, keep].astype("float64")
+        return e, t
+
+
+def identification_table(ds: xr.Dataset, memories: np.ndarray) -> pd.DataFrame:
+    """The ``identification`` group's design columns for ``memories``, one row each, in order."""
+    missing = [v for v in _IDENT_REQUIRED if v not in ds]
+    if missing:
+        raise PosteriorError(
+            f"identification group lacks {', '.join(missing)} (has: {', '.join(map(str, ds.data_vars))})"
+        )
+    if "memory" not in ds.dims:
+        raise PosteriorError("identification group has no 'memory' dim")
+    if "query" in ds.dims:
+        # per-query identification: memory-level counts are sums over queries,
+        # and the status follows from them by the same rule as the design's
+        ds = ds.copy()
+        for name in ("exposed", "retrieved", "in_store"):
+            ds[name] = ds[name].sum("query")
+        exposed, retrieved = ds["exposed"] >= 1, ds["retrieved"] >= 1
+        ds["status"] = xr.where(
+            exposed, IDENTIFIED, xr.where(retrieved, RETRIEVED_ONLY, UNIDENTIFIED)
+        )
+        if "mean_shift" in ds and "query" in ds["mean_shift"].dims:
+            ds["mean_shift"] = ds["mean_shift"].max("query")
+    ident_ids = np.asarray(ds["memory"].to_numpy()).astype(str)
+    want = np.asarray(memories).astype(str)
+    if set(ident_ids) != set(want):
+        extra = sorted(set(want) - set(ident_ids))[:3]
+        raise PosteriorError(
+            "identification and posterior disagree on the memories"
+            + (f" (e.g. {', '.join(extra)} missing from identification)" if extra else "")
+        )
+    frame = pd.DataFrame(
+        {name: np.asarray(ds[name].to_numpy()) for name in _IDENT_REQUIRED}, index=ident_ids
+    )
+    frame["mean_shift"] = (
+        np.asarray(ds["mean_shift"].to_numpy(), dtype="float64") if "mean_shift" in ds else np.nan
+    )
+    frame = frame.reindex(want)
+    frame["status"] = frame["status"].astype(str)
+    bad = sorted(set(frame["status"]) - {IDENTIFIED, RETRIEVED_ONLY, UNIDENTIFIED})
+    if bad:
+        raise PosteriorError(f"identification status has unknown value {bad[0]!r}")
+    for name in ("exposed", "retrieved", "in_store"):
+        frame[name] = frame[name].astype("int64")
+    return frame
+
+
+def group_names(dt: xr.DataTree) -> str:
+    """The groups a tree has, for error messages."""
+    return ", ".join(sorted(dt.children)) or "none"
