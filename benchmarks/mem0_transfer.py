@@ -74,7 +74,7 @@ def load_stores(work: Path, dataset: Dataset) -> tuple[dict[str, Any], dict[str,
     embedded mode evaluates payload filters in Python over every point, which
     made each search over the 5,882 turns ~10x slower.)
     """
-    from cmp_bayes.integrations.mem0 import mem0_embedding, offline_memory
+    from cmp_bayes.integrations.mem0_offline import mem0_embedding, offline_memory
     from cmp_bayes.retrieval.dense import MiniLMEmbedder
 
     emb = mem0_embedding(MiniLMEmbedder())

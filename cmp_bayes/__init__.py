@@ -30,7 +30,7 @@ _LAZY: dict[str, str] = {
     # design and simulation
     "ExposureScheduler": "cmp_bayes.design.scheduler",
     "simulate": "cmp_bayes.simulation.simulator",
-    "SimulationConfig": "cmp_bayes.simulation.simulator",
+    "SimulationConfig": "cmp_bayes.simulation.config",
     "PRESETS": "cmp_bayes.simulation.presets",
     "store_randomization": "cmp_bayes.simulation.store_randomization",
     "memory_truth": "cmp_bayes.simulation.truth",

@@ -32,12 +32,8 @@ pytest.importorskip("mem0", reason="mem0ai is not installed (pip install 'cmp-ba
 
 from cmp_bayes.design.scheduler import ExposureScheduler  # noqa: E402
 from cmp_bayes.errors import ConfigError  # noqa: E402
-from cmp_bayes.integrations.mem0 import (  # noqa: E402
-    CMPMemory,
-    offline_config,
-    offline_memory,
-    store_snapshot,
-)
+from cmp_bayes.integrations.mem0 import CMPMemory, store_snapshot  # noqa: E402
+from cmp_bayes.integrations.mem0_offline import offline_config, offline_memory  # noqa: E402
 from cmp_bayes.log.append import LogWriter  # noqa: E402
 
 B, K = 4, 2

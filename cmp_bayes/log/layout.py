@@ -24,7 +24,7 @@ from typing import Any, Literal
 import pyarrow as pa
 
 from cmp_bayes.errors import LogError
-from cmp_bayes.log import validate
+from cmp_bayes.log.design import check_design
 
 #: every file (or folder of Parquet part files) a log directory may hold
 LOG_FILES: tuple[str, ...] = (
@@ -112,7 +112,7 @@ def log_checksum(path: str | Path) -> str:
 
 
 def read_design(file: Path) -> dict[str, Any] | None:
-    """The checked ``design.json`` (:func:`cmp_bayes.log.validate.check_design`); None when absent."""
+    """The checked ``design.json`` (:func:`cmp_bayes.log.design.check_design`); None when absent."""
     if not file.is_file():
         return None
     try:
@@ -121,7 +121,7 @@ def read_design(file: Path) -> dict[str, Any] | None:
         raise LogError(file, f"malformed JSON: {exc.msg}", line=exc.lineno) from None
     except UnicodeDecodeError as exc:
         raise LogError(file, f"not valid UTF-8 ({exc.reason})") from None
-    return validate.check_design(obj, str(file))
+    return check_design(obj, str(file))
 
 
 def is_text(t: pa.DataType) -> bool:

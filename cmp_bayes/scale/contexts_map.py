@@ -31,6 +31,7 @@ from cmp_bayes.log.columns import (
     read_parquet_table,
     table_columns,
 )
+from cmp_bayes.log.design import PoolTable
 from cmp_bayes.scale.parts import (
     EMPTY,
     Lifetimes,
@@ -103,7 +104,7 @@ def contexts_partial(
     design: dict[str, Any] | None,
     design_file: str,
     life: Lifetimes | None,
-    pool: validate.PoolTable | None = None,
+    pool: PoolTable | None = None,
 ) -> ContextsPartial:
     """Validate one contexts part (the ``index``-th) and sum its arms per (memory, cell); a part
     that breaks a rule contributes its error instead.
@@ -123,7 +124,7 @@ def _contexts_partial(
     design: dict[str, Any] | None,
     design_file: str,
     life: Lifetimes | None,
-    pool: validate.PoolTable | None,
+    pool: PoolTable | None,
 ) -> ContextsPartial:
     table, rows = read_parquet_table([Path(file)], dictionary=("memory_id", "source"))
     n = table.num_rows

@@ -73,7 +73,7 @@ import pyarrow as pa
 import xarray as xr
 
 from cmp_bayes.errors import ConfigError, LogError
-from cmp_bayes.log import validate
+from cmp_bayes.log.design import PoolTable
 from cmp_bayes.log.layout import log_checksum, read_design
 from cmp_bayes.scale.contexts_map import (
     ContextsPartial,
@@ -154,7 +154,7 @@ def dask_exposure_stats(path: str | Path, by: By = None, scheduler: object | Non
     d_life = dask.delayed(life, name=f"lifetimes-{run}", traverse=False) if life is not None else None
     d_steps = dask.delayed(step_parts, name=f"steps-parts-{run}", traverse=False)
     d_design = dask.delayed(design, name=f"design-{run}", traverse=False)
-    d_pool = dask.delayed(validate.PoolTable.of((design or {}).get("pool", {}) or {}), name=f"pool-{run}", traverse=False)
+    d_pool = dask.delayed(PoolTable.of((design or {}).get("pool", {}) or {}), name=f"pool-{run}", traverse=False)
     s_map = [
         dask.delayed(steps_partial, pure=True)(i, str(f), by, d_life) for i, f in enumerate(step_files)
     ]

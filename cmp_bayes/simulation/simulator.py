@@ -21,11 +21,10 @@ memory-level truth follows from it).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 import pandas as pd
@@ -40,126 +39,11 @@ from cmp_bayes.log.schema import (
     ExposureLog,
     coerce,
 )
+from cmp_bayes.simulation.config import GROUP_NAMES, SimulationConfig
 from cmp_bayes.simulation.reader import SimulatedReader
 from cmp_bayes.simulation.retriever import Retriever
 
 SIMULATION_FILE = "simulation.json"
-GROUP_NAMES = ("single-hop", "multi-hop", "temporal", "open-domain", "adversarial", "preference")
-
-
-@dataclass(frozen=True)
-class SimulationConfig:
-    """Knobs of the simulator (TOML/JSON friendly: plain numbers and strings).
-
-    Attributes
-    ----------
-    memories : int
-        Store size (``shared``) or haystack size per query (``per-query``).
-    queries : int
-        Distinct queries.
-    repeats : int
-        How often each query is asked; ``steps = queries * repeats``.
-    slots : int
-        Context slots ``B`` per step.
-    exposure_slots : int
-        Exposure slots ``k`` of the ``B``.
-    assignment : {"balanced", "bernoulli"}
-        How exposures are dealt (:class:`~cmp_bayes.design.scheduler.ExposureScheduler`).
-    pool_share : float
-        Share of the exposable memories put in the exposure pool.
-    lexical_gap : float
-        Share of required memories the retriever scores mid-list (rarely retrieved).
-    required_per_query : int
-        Required memories per query (at least 1).
-    effect_size : float
-        Mean effect of a required memory on the success probability.
-    harmful_share : float
-        Share of non-required memories with a negative effect.
-    null_sd : float
-        Sd of the small effects of all other memories.
-    noise : float
-        Sd of the step-level shock of the success probability.
-    outcomes : {"binary", "fractional"}
-        Outcome scale: success or failure, or a score in [0, 1].
-    concentration : float
-        Beta concentration for fractional outcomes.
-    store : {"shared", "per-query"}
-        One store for all queries, or a haystack per query.
-    churn : float
-        Share of memories (shared store) created and deleted during the run.
-    ranking_depth : int
-        Length of the logged ranking (0 = the whole store).
-    groups : int
-        Number of query groups (kinds); group shifts the base success rate.
-    base_rate : float
-        Mean success probability without any memory.
-    """
-
-    memories: int = 40
-    queries: int = 8
-    repeats: int = 25
-    slots: int = 6
-    exposure_slots: int = 2
-    assignment: Literal["balanced", "bernoulli"] = "balanced"
-    pool_share: float = 1.0
-    lexical_gap: float = 0.5
-    required_per_query: int = 2
-    effect_size: float = 0.25
-    harmful_share: float = 0.05
-    null_sd: float = 0.01
-    noise: float = 0.0
-    outcomes: Literal["binary", "fractional"] = "binary"
-    concentration: float = 20.0
-    store: Literal["shared", "per-query"] = "shared"
-    churn: float = 0.0
-    ranking_depth: int = 50
-    groups: int = 3
-    base_rate: float = 0.3
-
-    def __post_init__(self) -> None:
-        def need(ok: bool, msg: str) -> None:
-            if not ok:
-                raise ConfigError(f"SimulationConfig: {msg}")
-
-        need(self.memories >= 1 and self.queries >= 1 and self.repeats >= 1, "memories, queries, repeats must be >= 1")
-        need(self.slots >= 1 and 0 <= self.exposure_slots <= self.slots, "need 1 <= slots and 0 <= exposure_slots <= slots")
-        need(self.assignment in ("balanced", "bernoulli"), "assignment must be 'balanced' or 'bernoulli'")
-        need(self.store in ("shared", "per-query"), "store must be 'shared' or 'per-query'")
-        need(self.outcomes in ("binary", "fractional"), "outcomes must be 'binary' or 'fractional'")
-        for name in ("pool_share", "lexical_gap", "harmful_share", "churn"):
-            need(0.0 <= getattr(self, name) <= 1.0, f"{name} must be in [0, 1]")
-        need(1 <= self.required_per_query <= self.memories, "required_per_query must be in [1, memories]")
-        need(self.noise >= 0 and self.null_sd >= 0 and self.concentration > 0, "noise, null_sd >= 0, concentration > 0")
-        need(1 <= self.groups <= len(GROUP_NAMES), f"groups must be in [1, {len(GROUP_NAMES)}]")
-        need(self.ranking_depth >= 0, "ranking_depth must be >= 0")
-        need(self.store == "shared" or self.churn == 0, "churn applies to a shared store only")
-
-    @property
-    def steps(self) -> int:
-        """Number of steps, ``queries * repeats``."""
-        return self.queries * self.repeats
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain dict of every field."""
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> SimulationConfig:
-        """Build from a dict (unknown keys are an error)."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(data) - names
-        if unknown:
-            raise ConfigError(f"SimulationConfig: unknown field(s) {sorted(unknown)}")
-        return cls(**data)
-
-    @classmethod
-    def preset(cls, name: str, **overrides: Any) -> SimulationConfig:
-        """A named preset (:data:`cmp_bayes.simulation.presets.PRESETS`) with overrides."""
-        from cmp_bayes.simulation.presets import PRESETS
-
-        if name not in PRESETS:
-            raise ConfigError(f"unknown preset {name!r}; choose from {sorted(PRESETS)}")
-        return cls.from_dict({**PRESETS[name], **overrides})
 
 
 @dataclass

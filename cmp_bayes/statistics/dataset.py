@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from cmp_bayes.log.validate import pool_lookup
+from cmp_bayes.log.design import pool_lookup
 from cmp_bayes.statistics.kernels import By, arrow_strings
 
 #: integer count variables over memory [x query|group]
