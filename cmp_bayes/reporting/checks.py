@@ -22,7 +22,7 @@ def ppc_section(posterior: xr.DataTree) -> Section:
         f"exposed-arm successes inside the {CI_PROB:.0%} posterior predictive interval "
         f"(expect at least {CI_PROB:.0%}; counts are discrete, so more is normal)."
         if coverage
-        else "No exposed-arm predictions to check."
+        else "Not computed: " + _no_check_reason(posterior)
     )
     images: list[str] = []
     if kind == "binary":
@@ -40,10 +40,20 @@ def ppc_section(posterior: xr.DataTree) -> Section:
         images.append(uri)
         body += figure_html(uri, "Posterior predictive check of the exposed-arm outcomes")
     else:
-        body += paragraph_html("No posterior_predictive / observed_data groups: not computed.")
+        body += paragraph_html("Figure not computed: " + _no_check_reason(posterior))
     body += paragraph_html(cov_text)
     md = cov_text + "\n"
     return Section("ppc", "Posterior predictive check", lead, body, md, images)
+
+
+def _no_check_reason(posterior: xr.DataTree) -> str:
+    """Why there is nothing to check: missing groups, or no memory was ever exposed."""
+    missing = [g for g in ("posterior_predictive", "observed_data") if g not in posterior.children]
+    if missing:
+        return f"the posterior has no {' / '.join(missing)} group."
+    if plots.exposed_arm(posterior) is None:
+        return "the predictive groups hold no exposed-arm success counts (exposed_outcome_sum)."
+    return "no memory has exposed-arm outcomes (none was ever exposed at random)."
 
 
 def predictive_coverage(posterior: xr.DataTree) -> tuple[float, int] | None:

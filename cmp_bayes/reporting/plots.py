@@ -55,14 +55,75 @@ def to_data_uri(figure: Any, dpi: int = 90) -> str:
 
 
 def trace_plot(posterior: xr.DataTree, var_names: list[str]) -> str:
-    """Trace and marginal density of each hyperparameter (arviz_plots.plot_trace_dist)."""
+    """Trace and marginal density of each hyperparameter (arviz_plots.plot_trace_dist).
+
+    The divergence rug is drawn from :func:`divergences_on_draws`, so a
+    posterior thinned after sampling (``sample_stats`` keeps every draw) still
+    shows where its divergences were; without a usable record the rug is left out.
+    """
     import arviz_plots
 
     _mpl()
+    names = var_names[:MAX_TRACE_VARS]
+    groups = {"posterior": posterior["posterior"].to_dataset()[names]}
+    diverging = divergences_on_draws(posterior)
+    if diverging is not None:
+        groups["sample_stats"] = xr.Dataset({"diverging": diverging})
     pc = arviz_plots.plot_trace_dist(
-        posterior, var_names=var_names[:MAX_TRACE_VARS], backend="matplotlib", compact=True
+        xr.DataTree.from_dict(groups), var_names=names, backend="matplotlib", compact=True
     )
     return to_data_uri(pc)
+
+
+def divergences_on_draws(posterior: xr.DataTree) -> xr.DataArray | None:
+    """``sample_stats.diverging`` on the posterior's own (chain, draw) grid.
+
+    ``fit`` thins the posterior (``thin_step``) but keeps every sampler draw in
+    ``sample_stats`` so that no divergence is lost; the two then differ in
+    length and arviz_plots cannot mask one with the other. A kept draw stands
+    for the sampler draws from it up to the next kept one, and is marked
+    divergent when any of them diverged. Matched by the ``draw`` coordinate
+    when the posterior's draws are among the sampler's, else by position when
+    the lengths divide evenly.
+
+    Returns
+    -------
+    xarray.DataArray or None
+        Boolean over (chain, draw) with the posterior's coordinates; None when
+        there is no ``sample_stats.diverging`` or it cannot be matched (other
+        chains, lengths that do not divide).
+    """
+    if "sample_stats" not in posterior.children:
+        return None
+    stats = posterior["sample_stats"].to_dataset()
+    if "diverging" not in stats:
+        return None
+    div = stats["diverging"]
+    post = posterior["posterior"].to_dataset()
+    if set(div.dims) != {"chain", "draw"} or post.sizes.get("chain") != div.sizes["chain"]:
+        return None
+    div = div.transpose("chain", "draw")
+    n_post, n_all = int(post.sizes.get("draw", 0)), int(div.sizes["draw"])
+    if n_post == 0:
+        return None
+    flags = np.asarray(div.to_numpy(), dtype=bool)
+    kept = np.asarray(post["draw"].to_numpy()) if "draw" in post.coords else np.arange(n_post)
+    every = np.asarray(div["draw"].to_numpy()) if "draw" in div.coords else np.arange(n_all)
+    if n_post == n_all:
+        out = flags
+    elif np.isin(kept, every).all() and np.all(np.diff(kept) > 0):
+        # sampler draw -> the last kept draw at or before it (draws before the first: the first)
+        block = np.clip(np.searchsorted(kept, every, side="right") - 1, 0, n_post - 1)
+        out = np.zeros((flags.shape[0], n_post), dtype=bool)
+        for c in range(flags.shape[0]):
+            np.logical_or.at(out[c], block, flags[c])
+    elif n_all % n_post == 0:
+        out = flags.reshape(flags.shape[0], n_post, n_all // n_post).any(axis=2)
+    else:
+        return None
+    return xr.DataArray(
+        out, dims=("chain", "draw"), coords={"chain": post["chain"], "draw": post["draw"]}
+    )
 
 
 def rank_plot(posterior: xr.DataTree, var_names: list[str]) -> str:
@@ -185,6 +246,17 @@ def exposed_arm(posterior: xr.DataTree) -> tuple[xr.Dataset, xr.Dataset, str] | 
     pp = posterior["posterior_predictive"].to_dataset()
     name = "exposed_outcome_sum"
     if "exposed" not in obs or name not in obs or name not in pp:
+        return None
+    # a per-query posterior keeps the arms per (memory, query): summed over the
+    # other dims they are the memory's exposed trials and successes (a sum of
+    # replicated counts is a replicate of the sum)
+    obs = obs[["exposed", name]]
+    extra = [d for d in obs.dims if d != "memory"]
+    if extra:
+        obs = obs.sum(extra)
+    pp_extra = [d for d in pp[name].dims if d not in ("chain", "draw", "memory")]
+    pp = pp[[name]].sum(pp_extra) if pp_extra else pp[[name]]
+    if "memory" not in obs.dims or "memory" not in pp[name].dims:
         return None
     return obs, pp, name
 

@@ -169,16 +169,33 @@ def trace_rank_section(posterior: xr.DataTree, hyper: list[str]) -> Section:
         )
     shown = hyper[: plots.MAX_TRACE_VARS]
     trace = plots.trace_plot(posterior, shown)
-    rank = plots.rank_plot(posterior, shown)
-    note = ""
+    notes = []
     if len(hyper) > len(shown):
-        note = f"Showing {len(shown)} of {len(hyper)} hyperparameters; all are in the table above."
-    body = figure_html(trace, "Trace and marginal posterior of each hyperparameter") + figure_html(
-        rank, "Rank plot per chain"
-    )
-    body += paragraph_html(note) if note else ""
-    md = f"Trace and rank plots of {', '.join(shown)}: see index.html. {note}\n"
-    return Section("trace-rank", "Trace and rank plots", lead, body, md, [trace, rank])
+        notes.append(
+            f"Showing {len(shown)} of {len(hyper)} hyperparameters; all are in the table above."
+        )
+    if plots.divergences_on_draws(posterior) is None and "sample_stats" in posterior.children:
+        notes.append(
+            "Divergences not marked on the trace: sample_stats.diverging does not match the "
+            "posterior's chains and draws."
+        )
+    body = figure_html(trace, "Trace and marginal posterior of each hyperparameter")
+    images = [trace]
+    chains = int(posterior["posterior"].sizes.get("chain", 0))
+    if chains >= 2:
+        rank = plots.rank_plot(posterior, shown)
+        body += figure_html(rank, "Rank plot per chain")
+        images.append(rank)
+    else:
+        # ranks compare chains with each other: one chain has nothing to compare
+        notes.append(
+            f"Not computed: rank plot: it compares chains and the posterior has {chains}; "
+            "fit with two or more chains to check that they agree."
+        )
+    body += "".join(paragraph_html(n) for n in notes)
+    what = "Trace and rank plots" if len(images) == 2 else "Trace plot"
+    md = f"{what} of {', '.join(shown)}: see index.html. {' '.join(notes)}\n"
+    return Section("trace-rank", "Trace and rank plots", lead, body, md, images)
 
 
 def forest_section(posterior: xr.DataTree, ident: pd.DataFrame) -> Section:

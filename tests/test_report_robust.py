@@ -1,0 +1,189 @@
+"""The report renders every valid posterior: odd shapes, missing optional groups, thinning.
+
+Each case builds a posterior that follows the contract (cmp_bayes.testing.synthetic_posterior,
+then one change), passes it through a real save/load, and renders the whole report. Every
+section id must be in both files; a section that cannot say something says why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import xarray as xr
+
+import cmp_bayes
+from cmp_bayes.constants import IDENTIFIED, UNIDENTIFIED
+from cmp_bayes.posterior.io import load_posterior, save_posterior
+from cmp_bayes.reporting import plots
+from cmp_bayes.reporting.blocks import SECTION_IDS
+from cmp_bayes.testing import synthetic_posterior
+
+SMALL = {"n_memories": 12, "draws": 60, "seed": 3}
+
+
+def _divergent_thinned() -> xr.DataTree:
+    """Divergent draws, then thinned on save: sample_stats keeps twice the posterior's draws."""
+    return synthetic_posterior(divergences=5, **SMALL)
+
+
+def _one_chain() -> xr.DataTree:
+    return synthetic_posterior(chains=1, **SMALL)
+
+
+def _no_rank_covariate() -> xr.DataTree:
+    # the synthetic model has no rank covariate: its weights are intercepts only
+    dt = synthetic_posterior(**SMALL)
+    assert "weight_coef" not in dt["posterior"].data_vars
+    return dt
+
+
+def _rank_covariate() -> xr.DataTree:
+    """A rank covariate adds weight_coef over (effect_kind, covariate): two-dim panels."""
+    dt = synthetic_posterior(**SMALL)
+    post = dt["posterior"].to_dataset()
+    rng = np.random.default_rng(0)
+    shape = (post.sizes["chain"], post.sizes["draw"], 2, 1)
+    post["weight_coef"] = xr.DataArray(
+        rng.normal(0.0, 0.1, shape),
+        dims=("chain", "draw", "effect_kind", "covariate"),
+        coords={"covariate": ["rank_median"]},
+    )
+    dt["posterior"] = xr.DataTree(post)
+    return dt
+
+
+def _per_query() -> xr.DataTree:
+    return synthetic_posterior(per_query=True, **SMALL)
+
+
+def _fractional() -> xr.DataTree:
+    dt = synthetic_posterior(**SMALL)
+    dt.attrs["outcome_kind"] = "fractional"
+    for group in ("observed_data", "posterior_predictive", "prior_predictive"):
+        ds = dt[group].to_dataset()
+        for name in ds.data_vars:
+            if name.endswith("outcome_sum"):
+                ds[name] = ds[name].astype(float) * 0.7
+        dt[group] = xr.DataTree(ds)
+    return dt
+
+
+def _no_sample_stats() -> xr.DataTree:
+    dt = synthetic_posterior(**SMALL)
+    del dt["sample_stats"]
+    return dt
+
+
+def _no_prior() -> xr.DataTree:
+    dt = synthetic_posterior(**SMALL)
+    for group in ("prior", "prior_predictive"):
+        del dt[group]
+    return dt
+
+
+def _table(status: str, n: int) -> pd.DataFrame:
+    identified = status == IDENTIFIED
+    return pd.DataFrame(
+        {
+            "memory_id": [f"m{i:03d}" for i in range(n)],
+            "status": [status] * n,
+            "exposed": [4 if identified else 0] * n,
+            "retrieved": [2 if identified else 0] * n,
+            "in_store": [300] * n,
+            "p_useful": [0.2 if identified else np.nan] * n,
+            "rho_mean": [0.1 if identified else 0.001] * n,
+        }
+    )
+
+
+def _single_memory() -> xr.DataTree:
+    return synthetic_posterior(_table(IDENTIFIED, 1), draws=60, seed=3)
+
+
+def _all_unidentified() -> xr.DataTree:
+    return synthetic_posterior(_table(UNIDENTIFIED, 8), draws=60, seed=3)
+
+
+#: case -> (builder, thin on save, text the report must contain)
+CASES: dict[str, tuple[Callable[[], xr.DataTree], int, str]] = {
+    "divergences-thinned": (_divergent_thinned, 2, "5 of 120"),
+    "one-chain": (_one_chain, 1, "Not computed: rank plot"),
+    "no-rank-covariate": (_no_rank_covariate, 1, "weight_intercept"),
+    "rank-covariate": (_rank_covariate, 1, "weight_coef"),
+    "per-query": (_per_query, 1, "tau_memory"),
+    "fractional": (_fractional, 1, "fractional"),
+    "no-sample-stats": (_no_sample_stats, 1, "not recorded"),
+    "no-prior": (_no_prior, 1, "Hyperparameters"),
+    "single-memory": (_single_memory, 1, "m000"),
+    "all-unidentified": (_all_unidentified, 1, "Not computed: no memory has exposed-arm outcomes"),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(CASES))
+def rendered(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[str, str, str]:
+    name = request.param
+    build, thin, _ = CASES[name]
+    root = tmp_path_factory.mktemp(name)
+    path = save_posterior(build(), root / f"{name}.nc", thin=thin)
+    index = cmp_bayes.report(load_posterior(path), root / "report")
+    summary = index.parent / "summary.md"
+    return name, index.read_text(encoding="utf-8"), summary.read_text(encoding="utf-8")
+
+
+def test_every_section_in_both_files(rendered: tuple[str, str, str]) -> None:
+    name, page, summary = rendered
+    for sid in SECTION_IDS:
+        assert f'id="{sid}"' in page, (name, sid)
+        assert f'<a id="{sid}"></a>' in summary, (name, sid)
+    assert "Traceback" not in page
+
+
+def test_each_case_says_what_is_special(rendered: tuple[str, str, str]) -> None:
+    name, page, summary = rendered
+    expected = CASES[name][2]
+    assert expected in summary or expected in page, name
+
+
+def test_thinned_divergences_are_kept_and_placed_on_the_posterior_draws() -> None:
+    dt = synthetic_posterior(divergences=5, **SMALL)
+    thinned = dt.copy()
+    thinned["posterior"] = xr.DataTree(dt["posterior"].to_dataset().isel(draw=slice(None, None, 2)))
+    marked = plots.divergences_on_draws(thinned)
+    assert marked is not None
+    assert marked.shape == (2, 30)
+    # draws 0-4 of chain 0 diverged: kept draws 0, 2 and 4 stand for them
+    np.testing.assert_array_equal(np.flatnonzero(marked.to_numpy()[0]), [0, 1, 2])
+    assert not marked.to_numpy()[1].any()
+
+
+def test_divergences_on_draws_by_position_without_matching_coordinates() -> None:
+    dt = synthetic_posterior(divergences=3, **SMALL)
+    post = dt["posterior"].to_dataset().isel(draw=slice(None, None, 3))
+    dt["posterior"] = xr.DataTree(post.assign_coords(draw=np.arange(post.sizes["draw"]) + 1000))
+    marked = plots.divergences_on_draws(dt)
+    assert marked is not None and marked.shape == (2, 20)
+    np.testing.assert_array_equal(np.flatnonzero(marked.to_numpy()[0]), [0])
+
+
+def test_unmatched_divergence_record_is_left_out_and_said(tmp_path: Path) -> None:
+    dt = synthetic_posterior(divergences=2, **SMALL)
+    post = dt["posterior"].to_dataset().isel(draw=slice(0, 58))
+    dt["posterior"] = xr.DataTree(post.assign_coords(draw=np.arange(58) + 1000))
+    assert plots.divergences_on_draws(dt) is None
+    from cmp_bayes.reporting.sections import trace_rank_section
+
+    sec = trace_rank_section(dt, ["tau_helps_mean"])
+    assert "Divergences not marked" in sec.markdown and len(sec.images) == 2
+
+
+def test_save_keeps_every_sampler_draw_when_thinning(tmp_path: Path) -> None:
+    dt = synthetic_posterior(divergences=5, **SMALL)
+    back = load_posterior(save_posterior(dt, tmp_path / "p.nc", thin=2))
+    assert int(back["sample_stats"]["diverging"].sum()) == 5
+    assert back["posterior"].sizes["draw"] == 30
