@@ -7,17 +7,23 @@ stays fast.
 
 Conventions every verb follows: a user error (:class:`CmpBayesError`, a bad
 option, a missing file) prints exactly one line on stderr and exits 2, never a
-traceback; outputs are written atomically.
+traceback; any other exception is a bug and prints one line too (verb,
+exception type and message) and exits 1, unless ``CMP_BAYES_DEBUG=1`` asks for
+the traceback; outputs are written atomically.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
 from cmp_bayes.errors import CmpBayesError
+
+#: Environment variable that lets an unexpected error raise with its traceback.
+DEBUG_ENV: str = "CMP_BAYES_DEBUG"
 
 #: verb -> (module, one-line help). Order is the pipeline's order.
 VERBS: dict[str, tuple[str, str]] = {
@@ -68,7 +74,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the exit status (0 ok, 2 user error)."""
+    """Run the CLI; returns the exit status.
+
+    0 ok; 2 a user error (:class:`CmpBayesError`, a bad option or path), one
+    line on stderr; 1 any other exception (a bug), one line naming the verb and
+    the exception, re-raised with its traceback when :data:`DEBUG_ENV` is set
+    (to anything but "" or "0"); 130 interrupted.
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "verb", None):
@@ -86,6 +98,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write(f"cmp-bayes {args.verb}: interrupted\n")
         return 130
+    except Exception as exc:  # noqa: BLE001 - a bug is one line too; DEBUG_ENV shows the traceback
+        if os.environ.get(DEBUG_ENV, "").strip() not in ("", "0"):
+            raise
+        sys.stderr.write(
+            f"cmp-bayes {args.verb}: internal error: {type(exc).__name__}: "
+            f"{_one_line(str(exc)) or '(no message)'} (a bug, not your input; rerun with "
+            f"{DEBUG_ENV}=1 for the traceback)\n"
+        )
+        return 1
 
 
 def _one_line(text: str) -> str:
