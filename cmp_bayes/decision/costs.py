@@ -29,6 +29,12 @@ from cmp_bayes.errors import ConfigError
 
 #: Estimands a threshold may apply to.
 ESTIMANDS: Final[tuple[str, ...]] = ("tau", "utility")
+#: Open interval a threshold must lie in, per estimand. tau is a difference of two
+#: expected outcomes in [0, 1] (binary or fractional), so it lies in [-1, 1]; utility
+#: is rho * tau with rho a retrieval probability in [0, 1], so it lies in [-1, 1] too.
+#: A threshold at or beyond an end makes "useful" certain or impossible: the rule
+#: would then forget every identified memory (or none) whatever the data say.
+ESTIMAND_RANGE: Final[dict[str, tuple[float, float]]] = {"tau": (-1.0, 1.0), "utility": (-1.0, 1.0)}
 
 
 @dataclass(frozen=True)
@@ -50,6 +56,11 @@ class Costs:
         [-1, 1]); the default 0.05 means "raises the expected outcome by more
         than 5 points when in the context". With ``estimand="utility"``
         (= rho * tau, rho a retrieval probability) choose a smaller value.
+        Must lie in the open interval (-1, 1) (:data:`ESTIMAND_RANGE`): both
+        estimands lie in [-1, 1] (tau is a difference of expected outcomes in
+        [0, 1], and rho in [0, 1] only shrinks it), so a threshold at or past
+        an end would make every identified memory useless (or none) before
+        any data are read.
     estimand : {"tau", "utility"}
         Which posterior variable the threshold applies to: the conditional
         utility ``tau`` (default: what the memory does when read) or
@@ -91,32 +102,44 @@ class Costs:
     max_divergence_share: float = MAX_DIVERGENCE_SHARE
 
     def __post_init__(self) -> None:
+        # each check raises a one-line ConfigError naming the field, its value and
+        # the allowed range (from_dict / from_toml put the file in front)
         _positive_float(self, "forget_cost")
         _positive_float(self, "retain_cost")
-        _finite_float(self, "threshold")
-        for name in ("forget_cost", "retain_cost", "threshold"):
-            # TOML and argparse may give ints; store floats so equal costs print alike
-            object.__setattr__(self, name, float(getattr(self, name)))
         if self.estimand not in ESTIMANDS:
             raise ConfigError(
                 f"costs: estimand must be one of {', '.join(ESTIMANDS)}, got {self.estimand!r}"
+            )
+        _finite_float(self, "threshold")
+        low, high = ESTIMAND_RANGE[self.estimand]
+        if not low < self.threshold < high:
+            raise ConfigError(
+                f"costs: threshold must lie in ({low:g}, {high:g}) for estimand "
+                f"{self.estimand!r} (a change in the success probability), got {self.threshold!r}"
             )
         if self.capacity is not None:
             _int_at_least(self, "capacity", 0)
         _int_at_least(self, "min_exposures", 1)
         _finite_float(self, "min_mean_shift")
         if self.min_mean_shift < 0:
-            raise ConfigError(f"costs: min_mean_shift must be >= 0, got {self.min_mean_shift}")
+            raise ConfigError(
+                f"costs: min_mean_shift must be >= 0 (prior sds), got {self.min_mean_shift!r}"
+            )
         _finite_float(self, "max_rhat")
         if self.max_rhat < 1.0:
-            raise ConfigError(f"costs: max_rhat must be >= 1, got {self.max_rhat}")
+            raise ConfigError(f"costs: max_rhat must be >= 1, got {self.max_rhat!r}")
         _finite_float(self, "max_divergence_share")
-        for name in ("min_mean_shift", "max_rhat", "max_divergence_share"):
-            object.__setattr__(self, name, float(getattr(self, name)))
         if not 0.0 <= self.max_divergence_share <= 1.0:
             raise ConfigError(
-                f"costs: max_divergence_share must be in [0, 1], got {self.max_divergence_share}"
+                "costs: max_divergence_share must be in [0, 1] (a share of draws), got "
+                f"{self.max_divergence_share!r}"
             )
+        for name in (
+            "forget_cost", "retain_cost", "threshold", "min_mean_shift", "max_rhat",
+            "max_divergence_share",
+        ):
+            # TOML and argparse may give ints; store floats so equal costs print alike
+            object.__setattr__(self, name, float(getattr(self, name)))
 
     @property
     def forget_below(self) -> float:
