@@ -30,6 +30,22 @@ def _divergent_thinned() -> xr.DataTree:
     return synthetic_posterior(divergences=5, **SMALL)
 
 
+def _one_divergence() -> xr.DataTree:
+    return synthetic_posterior(divergences=1, **SMALL)
+
+
+def _thinned_by_fit() -> xr.DataTree:
+    """As fit writes it with keep_draws < chains * draws: every 3rd draw kept (coordinates
+    0, 3, 6, ...), sample_stats whole, the divergences between kept draws."""
+    dt = synthetic_posterior(**SMALL)
+    stats = dt["sample_stats"].to_dataset()
+    stats["diverging"][1, [4, 5, 59]] = True
+    dt["sample_stats"] = xr.DataTree(stats)
+    dt["posterior"] = xr.DataTree(dt["posterior"].to_dataset().isel(draw=slice(None, None, 3)))
+    dt.attrs["thin_step"] = 3
+    return dt
+
+
 def _one_chain() -> xr.DataTree:
     return synthetic_posterior(chains=1, **SMALL)
 
@@ -111,6 +127,8 @@ def _all_unidentified() -> xr.DataTree:
 #: case -> (builder, thin on save, text the report must contain)
 CASES: dict[str, tuple[Callable[[], xr.DataTree], int, str]] = {
     "divergences-thinned": (_divergent_thinned, 2, "5 of 120"),
+    "one-divergence": (_one_divergence, 1, "1 of 120"),
+    "thinned-by-fit": (_thinned_by_fit, 1, "3 of 120"),
     "one-chain": (_one_chain, 1, "Not computed: rank plot"),
     "no-rank-covariate": (_no_rank_covariate, 1, "weight_intercept"),
     "rank-covariate": (_rank_covariate, 1, "weight_coef"),
@@ -187,3 +205,21 @@ def test_save_keeps_every_sampler_draw_when_thinning(tmp_path: Path) -> None:
     back = load_posterior(save_posterior(dt, tmp_path / "p.nc", thin=2))
     assert int(back["sample_stats"]["diverging"].sum()) == 5
     assert back["posterior"].sizes["draw"] == 30
+
+
+def test_thinned_by_fit_marks_the_kept_draws_that_stand_for_divergences() -> None:
+    marked = plots.divergences_on_draws(_thinned_by_fit())
+    assert marked is not None and marked.shape == (2, 20)
+    # sampler draws 4 and 5 fall to kept draw 3 (index 1), draw 59 to kept draw 57 (index 19)
+    np.testing.assert_array_equal(np.flatnonzero(marked.to_numpy()[1]), [1, 19])
+
+
+def test_cli_report_on_a_thinned_divergent_posterior_exits_0(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cmp_bayes.cli.main import main
+
+    path = save_posterior(_divergent_thinned(), tmp_path / "div.nc", thin=2)
+    assert main(["report", str(path), "-o", str(tmp_path / "r")]) == 0
+    assert capsys.readouterr().err == ""
+    assert (tmp_path / "r" / "index.html").exists()
