@@ -217,9 +217,16 @@ def test_thinned_by_fit_marks_the_kept_draws_that_stand_for_divergences() -> Non
 def test_cli_report_on_a_thinned_divergent_posterior_exits_0(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    import warnings
+
     from cmp_bayes.cli.main import main
 
     path = save_posterior(_divergent_thinned(), tmp_path / "div.nc", thin=2)
-    assert main(["report", str(path), "-o", str(tmp_path / "r")]) == 0
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert main(["report", str(path), "-o", str(tmp_path / "r")]) == 0
+    # the refused forgets are said in the report, not as a warning with a source line
+    assert not [w for w in seen if "forgotten" in str(w.message)]
     assert capsys.readouterr().err == ""
+    assert "refit before forgetting" in (tmp_path / "r" / "summary.md").read_text()
     assert (tmp_path / "r" / "index.html").exists()
