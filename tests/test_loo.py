@@ -265,3 +265,29 @@ def test_cli_compare_prints_the_table(fitted, unlearned, tmp_path, capsys) -> No
     assert main(["compare", str(a), str(c)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "log_likelihood" in err[0]
+
+
+def test_synthetic_posterior_with_log_likelihood_passes_the_contract(tmp_path) -> None:
+    # The builder's option changes nothing else (no random draws), follows the contract,
+    # and the report's section computes elpd on it; without it the section says why not.
+    from cmp_bayes.posterior.io import check_posterior
+    from cmp_bayes.reporting.checks import loo_section
+    from cmp_bayes.testing import synthetic_posterior
+
+    plain = synthetic_posterior(seed=4)
+    with_ll = synthetic_posterior(seed=4, log_likelihood=True)
+    check_posterior(with_ll)
+    xr.testing.assert_identical(plain["posterior"].to_dataset(), with_ll["posterior"].to_dataset())
+    exposed = (plain["observed_data"]["exposed"] > 0).values
+    assert with_ll["log_likelihood"].sizes["memory"] == int(exposed.sum())
+    assert "elpd_loo" in loo_section(with_ll).markdown
+    sec = loo_section(plain)
+    assert "Not computed" in sec.markdown and "no log_likelihood group" in sec.markdown
+    with pytest.raises(ValueError, match="per-query"):
+        synthetic_posterior(per_query=True, log_likelihood=True)
+    # the whole report renders it, saved and loaded
+    from cmp_bayes.posterior.io import save_posterior
+    from cmp_bayes.reporting.html import SUMMARY_MD, report
+
+    index = report(save_posterior(with_ll, tmp_path / "p.nc"), tmp_path / "report")
+    assert "elpd_loo" in (index.parent / SUMMARY_MD).read_text(encoding="utf-8")
