@@ -283,8 +283,7 @@ def test_synthetic_posterior_with_log_likelihood_passes_the_contract(tmp_path) -
     assert "elpd_loo" in loo_section(with_ll).markdown
     sec = loo_section(plain)
     assert "Not computed" in sec.markdown and "no log_likelihood group" in sec.markdown
-    with pytest.raises(ValueError, match="per-query"):
-        synthetic_posterior(per_query=True, log_likelihood=True)
+    check_posterior(synthetic_posterior(per_query=True, log_likelihood=True, n_memories=8, draws=20))
     # the whole report renders it, saved and loaded
     from cmp_bayes.posterior.io import save_posterior
     from cmp_bayes.reporting.html import SUMMARY_MD, report

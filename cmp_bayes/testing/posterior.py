@@ -132,10 +132,11 @@ def synthetic_posterior(
     threshold : float
         The threshold the ``p_useful`` targets refer to (outcome units).
     log_likelihood : bool
-        Add the ``log_likelihood`` group (memory-level form only): ``tau_obs`` of
-        each exposed memory per draw, the Binomial log-probability of its
-        observed exposed-arm successes at p = BASELINE + tau (no random draws, so
-        the rest of the tree is the same as without it).
+        Add the ``log_likelihood`` group: ``tau_obs`` of each exposed memory per
+        draw, the Binomial log-probability of its observed exposed-arm successes
+        at p = BASELINE + tau (per-query form: the memory-level tau against the
+        arms summed over queries; ``fit`` writes the group for memory-level fits
+        only). No random draws, so the rest of the tree is the same as without it.
 
     Returns
     -------
@@ -198,8 +199,11 @@ def synthetic_posterior(
     }
     if log_likelihood:
         if per_query:
-            raise ValueError("log_likelihood: per-query posteriors have no log_likelihood group")
-        groups["log_likelihood"] = _log_likelihood(post_tau, arms, ids)
+            # memory-level: the memory's tau against its arms summed over queries
+            summed = {k: arms[k].sum(axis=1) for k in ("exposed", "exposed_outcome_sum")}
+            groups["log_likelihood"] = _log_likelihood(posterior["tau_memory"].to_numpy(), summed, ids)
+        else:
+            groups["log_likelihood"] = _log_likelihood(post_tau, arms, ids)
     dt = xr.DataTree.from_dict(groups)
     dt.attrs.update(
         cmp_bayes_version=str(__version__),
