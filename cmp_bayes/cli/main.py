@@ -35,6 +35,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "decide": ("cmp_bayes.cli.decide", "retain / forget / defer decisions from a posterior"),
     "recommend": ("cmp_bayes.cli.recommend", "rank memories by the value of exposing them next"),
     "report": ("cmp_bayes.cli.report", "write the HTML + Markdown diagnostic report of a posterior"),
+    "compare": ("cmp_bayes.cli.compare", "rank fits of one log (model variants) by PSIS-LOO"),
     "demo": ("cmp_bayes.cli.demo", "the whole pipeline on the bundled example (or on LOG)"),
     "replicate": ("cmp_bayes.cli.replicate", "measure positivity and CMP on real benchmark data"),
 }

@@ -80,6 +80,11 @@ class ModelData:
     arms : dict of ndarray
         Arm counts and sums (see :func:`cmp_bayes.model.grid.arm_arrays`).
     outcome_kind : str
+    pattern_offset : ndarray, shape (P,), or None
+        What ``pattern_loglik``'s row shift and omitted normalisers removed
+        (``grid.log_likelihood(return_offset=True)``): the pointwise
+        log-likelihood adds it back so that model variants compare on one scale.
+        None when ``pattern_loglik`` was swapped for another likelihood (per-query).
     """
 
     memory: np.ndarray
@@ -98,6 +103,7 @@ class ModelData:
     in_store: np.ndarray
     arms: dict[str, np.ndarray]
     outcome_kind: str
+    pattern_offset: np.ndarray | None = None
 
     @property
     def use_groups(self) -> bool:
@@ -158,7 +164,9 @@ def model_data(stats: xr.Dataset, config: ModelConfig, memory_group: np.ndarray 
     kind = str(stats.attrs.get("outcome_kind", "binary"))
     first, pattern = likelihood_patterns(arms, kind, config.pattern_resolution)
     rep = {k: v[first] for k, v in arms.items()}
-    pattern_loglik = log_likelihood(rep, grid, kind, config.baseline_nodes, bound=config.effect_bound)
+    pattern_loglik, offset = log_likelihood(
+        rep, grid, kind, config.baseline_nodes, bound=config.effect_bound, return_offset=True
+    )
     logfeas = None
     if config.effect_bound == "truncate":
         logfeas = log_feasibility(rep, grid, kind, config.baseline_nodes)
@@ -188,6 +196,7 @@ def model_data(stats: xr.Dataset, config: ModelConfig, memory_group: np.ndarray 
         in_store=np.asarray(stats["in_store"].values, dtype=np.float64),
         arms=arms,
         outcome_kind=kind,
+        pattern_offset=offset,
     )
 
 

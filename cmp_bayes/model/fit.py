@@ -64,7 +64,8 @@ def fit(
     -------
     xarray.DataTree
         Groups posterior, prior, posterior_predictive, prior_predictive,
-        observed_data, sample_stats, identification (see docs/model.md).
+        observed_data, sample_stats, identification, and log_likelihood
+        (memory-level fits: each exposed memory's tau_obs per draw; see docs/model.md).
 
     Raises
     ------
@@ -204,7 +205,8 @@ def fit_stats(
     n_chain, n_draw = post.sizes["chain"], post.sizes["draw"]
     rng = np.random.default_rng(scfg.seed)
     flat = {n: post[n].values.reshape(n_chain * n_draw, *post[n].shape[2:]) for n in names}
-    rec = recover(data, flat, rng, use_data=True, jitter=config.jitter)
+    # the per-query variant's rows are pair convolutions without offsets: no pointwise group there
+    rec = recover(data, flat, rng, use_data=True, jitter=config.jitter, pointwise=pair_stats is None)
 
     with model, warnings.catch_warnings():
         # the prior of the hyperparameters is exactly what we want here
@@ -237,25 +239,49 @@ def fit_stats(
         arms = arm_arrays(ps)
         observed = observed_data(data, memory, pair_stats=ps, query=query)
         tau_post, tau_prior = post["tau"], prior["tau"]
-    tree = xr.DataTree.from_dict(
-        {
-            "posterior": post,
-            "prior": prior,
-            "posterior_predictive": predictive(data, tau_post, rng, memory, arms=arms),
-            "prior_predictive": predictive(data, tau_prior, rng, memory, arms=arms),
-            "observed_data": observed,
-            "sample_stats": sample_stats,
-            "identification": identification_group(
-                stats, post_mean=rec.post_mean, post_sd=rec.post_sd,
-                prior_mean=rec.prior_mean, prior_sd=rec.prior_sd, p_positive=rec.p_positive,
-                p_helps=rec.p_helps,
-            ),
-        }
-    )
+    groups = {
+        "posterior": post,
+        "prior": prior,
+        "posterior_predictive": predictive(data, tau_post, rng, memory, arms=arms),
+        "prior_predictive": predictive(data, tau_prior, rng, memory, arms=arms),
+        "observed_data": observed,
+        "sample_stats": sample_stats,
+        "identification": identification_group(
+            stats, post_mean=rec.post_mean, post_sd=rec.post_sd,
+            prior_mean=rec.prior_mean, prior_sd=rec.prior_sd, p_positive=rec.p_positive,
+            p_helps=rec.p_helps,
+        ),
+    }
+    if rec.log_lik is not None:
+        groups["log_likelihood"] = log_likelihood_group(rec.log_lik, post, data)
+    tree = xr.DataTree.from_dict(groups)
     by = "memory" if pair_stats is None else "query"
     tree.attrs.update(root_attrs(config, scfg, meta, data.outcome_kind, by=by))
     tree.attrs["thin_step"] = int(step)
     return tree
+
+
+def log_likelihood_group(log_lik: np.ndarray, post: xr.Dataset, data) -> xr.Dataset:
+    """The ``log_likelihood`` group: ``tau_obs`` over (chain, draw, memory), exposed memories only.
+
+    ``log_lik`` (S, Mi) is :attr:`cmp_bayes.model.recover.Recovered.log_lik`, in
+    the order of ``data.informative``. Memories without exposures have no
+    exposed-arm data to predict and are left out (their ``memory`` coordinate is a
+    subset of the posterior's), so PSIS-LOO counts only observations.
+    """
+    shape = (post.sizes["chain"], post.sizes["draw"], log_lik.shape[1])
+    ds = xr.Dataset(
+        {"tau_obs": (("chain", "draw", "memory"), log_lik.reshape(shape))},
+        coords={
+            "chain": post["chain"], "draw": post["draw"],
+            "memory": data.memory[data.informative].astype(object),
+        },
+    )
+    ds["tau_obs"].attrs["description"] = (
+        "log p(exposed-arm outcomes | hyperparameters of the draw), tau integrated out on the grid "
+        "(truncated likelihood normalised); see docs/model.md"
+    )
+    return ds
 
 
 def _add_memory_vars(

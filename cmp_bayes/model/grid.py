@@ -150,8 +150,8 @@ def _fractional_feasible(points: np.ndarray, mean0: np.ndarray, sd0: np.ndarray)
 
 def log_likelihood(
     arms: dict[str, np.ndarray], grid: TauGrid, outcome_kind: str, baseline_nodes: int,
-    chunk: int = 2048, bound: str = "clip",
-) -> np.ndarray:
+    chunk: int = 2048, bound: str = "clip", return_offset: bool = False,
+) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     """Log-likelihood of each memory's exposed arm at each grid point.
 
     Binary outcomes: y1 ~ Binomial(n1, b + tau), with the baseline b integrated
@@ -175,6 +175,10 @@ def log_likelihood(
     chunk : int
         Memories per vectorised block (memory use ~ chunk x K x G floats).
     bound : {"clip", "truncate"}
+    return_offset : bool
+        Also return what each row's shift removed, so that ``out + offset[:, None]``
+        is the full log-likelihood (for the pointwise log-likelihood of LOO,
+        which must be comparable between model variants).
 
     Returns
     -------
@@ -182,6 +186,12 @@ def log_likelihood(
         Each informative row shifted so that its maximum is 0 (constants do not
         matter to the posterior or the hyperparameters' likelihood); -inf where
         ``bound="truncate"`` makes b + tau infeasible for every baseline node.
+    offset : ndarray, shape (M,)
+        Only with ``return_offset``: the removed row maximum plus the data-only
+        normaliser the rows leave out (binary: log C(n1, y1); fractional:
+        -log(2 pi var) / 2 of the arm-mean difference), 0 for rows without
+        exposures. It depends on the data and on ``bound`` and the grid, not on
+        the hyperparameters.
     """
     if bound not in BOUNDS:
         raise ValueError(f"bound must be one of {BOUNDS}, got {bound!r}")
@@ -190,7 +200,11 @@ def log_likelihood(
     m = n1.shape[0]
     out = np.zeros((m, grid.points.size))
     rows = np.flatnonzero(n1 > 0)
+    offset = np.zeros(m)
     if outcome_kind == "binary":
+        offset[rows] = special.gammaln(n1[rows] + 1) - special.gammaln(y1[rows] + 1) - special.gammaln(
+            n1[rows] - y1[rows] + 1
+        )
         for start in range(0, rows.size, chunk):
             r = rows[start : start + chunk]
             base = _baseline_nodes(n0[r], y0[r], baseline_nodes)  # (r, K)
@@ -203,11 +217,16 @@ def log_likelihood(
                 out[r] = special.logsumexp(ll, axis=1) - np.log(baseline_nodes)
     elif rows.size:
         d, var, mean0, sd0 = _fractional_arms(arms, rows)
+        offset[rows] = -0.5 * np.log(2 * np.pi * var)
         out[rows] = -0.5 * (d[:, None] - grid.points[None, :]) ** 2 / var[:, None]
         if bound == "truncate":
             with np.errstate(divide="ignore"):
                 out[rows] += np.log(_fractional_feasible(grid.points, mean0, sd0))
-    out[rows] -= out[rows].max(axis=1, keepdims=True)
+    peak = out[rows].max(axis=1, keepdims=True)
+    out[rows] -= peak
+    if return_offset:
+        offset[rows] += peak[:, 0]
+        return out, offset
     return out
 
 

@@ -76,6 +76,7 @@ def with_pair_likelihood(data: ModelData, mem_ll: np.ndarray) -> ModelData:
     informative = np.flatnonzero(np.any(mem_ll != 0, axis=1) | (data.arms["exposed"] > 0))
     data.loglik = mem_ll
     data.pattern_loglik = mem_ll
+    data.pattern_offset = None  # the memory-level offsets belong to the replaced rows
     data.pattern = np.arange(m)
     data.informative = informative
     return data

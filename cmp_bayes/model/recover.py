@@ -15,6 +15,13 @@ We draw one tau per draw (uniform within the grid cell when ``jitter``), and
 one rho from its conjugate Beta posterior, and accumulate the Rao-Blackwellised
 moments of both prior and posterior (law of total variance over draws) for
 contraction and mean shift.
+
+With ``pointwise=True`` each exposed memory's marginal log-likelihood per draw
+comes out too (the ``log_likelihood`` group, docs/model.md): the unnormalised
+responsibilities' row sum sum_k w_mk c_pk is already the memory's marginal
+likelihood under the draw's prior, so the extra work per draw is a log per
+memory and, for the truncated likelihood, the feasible mass
+sum_k w_mk (pmf_k . exp(F_p)) over the few distinct feasibility rows.
 """
 
 from __future__ import annotations
@@ -47,6 +54,11 @@ class Recovered:
     p_helps : ndarray, shape (M,)
         Rao-Blackwellised posterior probability that the memory belongs to the
         "helps" component of the mixture (its prior weight when it has no data).
+    log_lik : ndarray, shape (S, Mi), float64, or None
+        With ``pointwise=True``: per draw, the marginal log-likelihood of each of
+        the Mi memories ``ModelData.informative`` (those with exposures), the
+        term the model's ``tau_marginal`` potential sums plus its offset
+        (:func:`pointwise_offset`).
     """
 
     tau: np.ndarray
@@ -57,6 +69,7 @@ class Recovered:
     prior_sd: np.ndarray
     p_positive: np.ndarray
     p_helps: np.ndarray
+    log_lik: np.ndarray | None = None
 
 
 def compile_prior_terms(data: ModelData, rows: np.ndarray | None = None):
@@ -123,6 +136,7 @@ def recover(
     use_data: bool = True,
     jitter: bool = True,
     threads: int | None = None,
+    pointwise: bool = False,
 ) -> Recovered:
     """Draw tau and rho per memory for each of the S hyperparameter draws.
 
@@ -140,7 +154,12 @@ def recover(
         Worker threads (default: the CPU count, at most ``CHUNKS``). numpy releases
         the GIL in the array work, so draws recover in parallel; the result is the
         same for any number of threads.
+    pointwise : bool
+        Also compute each exposed memory's marginal log-likelihood per draw
+        (``Recovered.log_lik``); needs ``use_data``.
     """
+    if pointwise and not use_data:
+        raise ValueError("the pointwise log-likelihood needs use_data=True")
     m = data.memory.size
     # compute each distinct prior once and gather
     key = prior_key(data, np.arange(m))
@@ -152,6 +171,9 @@ def recover(
     s = next(iter(hyper.values())).shape[0]
     tau = np.empty((s, m), dtype=np.float32)
     rho = np.empty((s, m), dtype=np.float32)
+    if pointwise:
+        ctx.pointwise = _pointwise_context(data)
+        ctx.log_lik = np.empty((s, data.informative.size))
     chunks = [np.arange(c, s, CHUNKS) for c in range(min(CHUNKS, s))]
     streams = rng.spawn(len(chunks))
     workers = max(1, min(threads or os.cpu_count() or 1, len(chunks)))
@@ -166,8 +188,43 @@ def recover(
     return Recovered(
         tau=tau, rho=rho, post_mean=post_mean, post_sd=post_sd,
         prior_mean=prior_mean, prior_sd=prior_sd, p_positive=acc["ppos"] / s,
-        p_helps=acc["phelp"] / s,
+        p_helps=acc["phelp"] / s, log_lik=ctx.log_lik,
     )
+
+
+def pointwise_offset(data: ModelData) -> np.ndarray:
+    """Per exposed memory (``data.informative``), what the grid rows' shift removed.
+
+    The model's potential uses likelihood rows shifted to maximum 0 (constants do
+    not move the hyperparameters); the pointwise log-likelihood adds this back so
+    that its values are the full log-likelihood of each memory's exposed arm,
+    comparable between model variants (``effect_bound``, grid, priors) on the
+    same log. Zero when the rows carry no offset (per-query likelihoods).
+    """
+    if data.pattern_offset is None:
+        return np.zeros(data.informative.size)
+    return data.pattern_offset[data.pattern[data.informative]]
+
+
+@dataclass
+class _Pointwise:
+    """What the pointwise log-likelihood reads per draw (exposed memories only)."""
+
+    rows: np.ndarray  # (Mi,) the exposed memories
+    offset: np.ndarray  # (Mi,) see pointwise_offset
+    feas: np.ndarray | None  # (Fu, G) distinct exp(F) rows, or None (no truncation)
+    feas_of: np.ndarray | None  # (Mi,) each exposed memory's row of ``feas``
+
+
+def _pointwise_context(data: ModelData) -> _Pointwise:
+    rows = data.informative
+    logfeas = data.log_feasibility()
+    feas = feas_of = None
+    if logfeas is not None and rows.size:
+        # F depends on the control arm only: few distinct rows (as in build_model)
+        frows, floc = np.unique(logfeas[data.pattern[rows]], axis=0, return_inverse=True)
+        feas, feas_of = np.exp(frows), floc.reshape(-1)
+    return _Pointwise(rows=rows, offset=pointwise_offset(data), feas=feas, feas_of=feas_of)
 
 
 @dataclass
@@ -181,6 +238,8 @@ class _Context:
     use_data: bool
     jitter: bool
     lock: threading.Lock
+    pointwise: _Pointwise | None = None
+    log_lik: np.ndarray | None = None  # (S, Mi), filled in place when ``pointwise``
 
 
 def _recover_draws(
@@ -219,7 +278,10 @@ def _recover_draws(
         mom = dens @ basis  # (P, 3, 4): mass c_pk, then unnormalised moments
         c = mom[..., 0]
         resp = weight * c[pattern]  # (M, 3)
-        resp /= resp.sum(axis=1, keepdims=True)
+        marginal = resp.sum(axis=1, keepdims=True)  # each memory's likelihood under the draw's prior
+        if ctx.pointwise is not None:
+            _pointwise_draw(ctx, i, marginal[:, 0], pmf, weight)
+        resp /= marginal
         with np.errstate(invalid="ignore", divide="ignore"):
             tm = np.where(c[..., None] > 0, mom[..., 1:] / c[..., None], 0.0)  # (P, 3, 3)
         mt = np.einsum("mk,mkj->mj", resp, tm[pattern])  # (M, 3): E tau, E tau^2, P(tau > 0)
@@ -240,3 +302,16 @@ def _recover_draws(
         else:
             rho[i] = rng.beta(ra, rb)
     return acc
+
+
+def _pointwise_draw(ctx: _Context, i: int, marginal: np.ndarray, pmf: np.ndarray, weight: np.ndarray) -> None:
+    """Row ``i`` of ``ctx.log_lik``: the model's per-memory tau term at draw ``i``, plus offsets."""
+    pw = ctx.pointwise
+    r = pw.rows
+    # the same floor as the model's potential (build_model): only rows negligible under every component
+    ll = np.log(np.maximum(marginal[r], 1e-300))
+    if pw.feas is not None:
+        # the truncated prior's feasible mass under the draw's (normalised) weights
+        mass = pw.feas @ pmf.T  # (Fu, 3)
+        ll -= np.log(np.einsum("mk,mk->m", weight[r], mass[pw.feas_of]))
+    ctx.log_lik[i] = ll + pw.offset

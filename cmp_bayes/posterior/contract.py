@@ -18,6 +18,8 @@ SAMPLE_DIMS: tuple[str, str] = ("chain", "draw")
 MEMORY_VARS: tuple[str, ...] = ("rho", "tau", "utility")
 #: Suffix of the memory-level copies of ``MEMORY_VARS`` in a per-query posterior.
 MEMORY_SUFFIX: str = "_memory"
+#: The pointwise log-likelihood variable of the ``log_likelihood`` group.
+LOG_LIKELIHOOD_VAR: str = "tau_obs"
 #: Root attribute ``by`` of each form.
 BY_MEMORY, BY_QUERY = "memory", "query"
 
@@ -75,6 +77,9 @@ GROUPS: tuple[GroupContract, ...] = (
         ("memory",),
         required=True,
     ),
+    # each exposed memory's marginal log-likelihood per draw, for PSIS-LOO; memory-level
+    # fits only, over the exposed memories (a subset of the posterior's memory ids)
+    GroupContract("log_likelihood", (LOG_LIKELIHOOD_VAR,), _DRAWN, _DRAWN, required=False),
 )
 #: Group name -> its contract.
 GROUP: dict[str, GroupContract] = {g.name: g for g in GROUPS}

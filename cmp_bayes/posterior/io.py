@@ -23,13 +23,16 @@ from cmp_bayes.posterior.contract import (
     GROUPS,
     REQUIRED_ATTRS,
     REQUIRED_GROUPS,
+    SAMPLE_DIMS,
     compatible,
     memory_level_vars,
 )
 
 #: Groups with (chain, draw) dims that ``thin`` applies to (sample_stats is kept whole
 #: so that no divergence is lost).
-THINNED_GROUPS: tuple[str, ...] = ("posterior", "prior", "posterior_predictive", "prior_predictive")
+THINNED_GROUPS: tuple[str, ...] = (
+    "posterior", "prior", "posterior_predictive", "prior_predictive", "log_likelihood",
+)
 #: Groups ``drop_groups`` may not remove.
 KEPT_GROUPS: tuple[str, ...] = REQUIRED_GROUPS
 
@@ -164,10 +167,29 @@ def check_posterior(dt: xr.DataTree, where: str = "posterior") -> None:
         np.asarray(ident["memory"].values).astype(str), np.asarray(post["memory"].values).astype(str)
     ):
         raise PosteriorError(f"{where}: 'identification' and 'posterior' disagree on the memory ids")
+    if "log_likelihood" in dt.children:
+        _check_log_likelihood(dt, post, where)
     missing = [a for a in REQUIRED_ATTRS if a not in dt.attrs]
     if missing:
         lead = "not a cmp_bayes posterior: " if "cmp_bayes_version" in missing else ""
         raise PosteriorError(f"{where}: {lead}root attribute(s) {missing} missing")
+
+
+def _check_log_likelihood(dt: xr.DataTree, post: xr.Dataset, where: str) -> None:
+    """The pointwise group's memories are posterior memories, its draws the posterior's."""
+    ll = dt["log_likelihood"].to_dataset()
+    known = set(np.asarray(post["memory"].values).astype(str))
+    stray = [m for m in np.asarray(ll["memory"].values).astype(str) if m not in known]
+    if stray:
+        raise PosteriorError(
+            f"{where}: 'log_likelihood' has memory id(s) the posterior lacks, e.g. {stray[0]!r}"
+        )
+    shape = {d: ll.sizes[d] for d in SAMPLE_DIMS}
+    if shape != {d: post.sizes[d] for d in SAMPLE_DIMS}:
+        raise PosteriorError(
+            f"{where}: 'log_likelihood' has {shape} draws, the posterior "
+            f"{ {d: post.sizes[d] for d in SAMPLE_DIMS} }"
+        )
 
 
 def check_version(dt: xr.DataTree, where: str = "posterior") -> None:

@@ -102,6 +102,7 @@ def synthetic_posterior(
     per_query: bool = False,
     n_queries: int = 3,
     threshold: float = 0.05,
+    log_likelihood: bool = False,
 ) -> xr.DataTree:
     """A DataTree that follows the posterior contract (passes ``check_posterior``).
 
@@ -130,6 +131,12 @@ def synthetic_posterior(
         Queries of the per-query form.
     threshold : float
         The threshold the ``p_useful`` targets refer to (outcome units).
+    log_likelihood : bool
+        Add the ``log_likelihood`` group: ``tau_obs`` of each exposed memory per
+        draw, the Binomial log-probability of its observed exposed-arm successes
+        at p = BASELINE + tau (per-query form: the memory-level tau against the
+        arms summed over queries; ``fit`` writes the group for memory-level fits
+        only). No random draws, so the rest of the tree is the same as without it.
 
     Returns
     -------
@@ -182,16 +189,22 @@ def synthetic_posterior(
         coords={"chain": np.arange(chains), "draw": np.arange(draws)},
     )
     identification = _identification(mem, tau.reshape(-1, m), prior_tau.reshape(-1, m), threshold)
-    dt = xr.DataTree.from_dict(
-        {
-            "posterior": posterior,
-            "prior": prior,
-            **predictive,
-            "observed_data": observed,
-            "sample_stats": sample_stats,
-            "identification": identification,
-        }
-    )
+    groups = {
+        "posterior": posterior,
+        "prior": prior,
+        **predictive,
+        "observed_data": observed,
+        "sample_stats": sample_stats,
+        "identification": identification,
+    }
+    if log_likelihood:
+        if per_query:
+            # memory-level: the memory's tau against its arms summed over queries
+            summed = {k: arms[k].sum(axis=1) for k in ("exposed", "exposed_outcome_sum")}
+            groups["log_likelihood"] = _log_likelihood(posterior["tau_memory"].to_numpy(), summed, ids)
+        else:
+            groups["log_likelihood"] = _log_likelihood(post_tau, arms, ids)
+    dt = xr.DataTree.from_dict(groups)
     dt.attrs.update(
         cmp_bayes_version=str(__version__),
         model_config=ModelConfig().to_json(),
@@ -280,6 +293,20 @@ def _arms(
         "retrieved": counts["retrieved"],
         "in_store": counts["in_store"],
     }
+
+
+def _log_likelihood(tau: np.ndarray, arms: dict[str, np.ndarray], ids: np.ndarray) -> xr.Dataset:
+    """``tau_obs`` (chain, draw, exposed memory): Binomial log pmf of the exposed successes."""
+    from scipy import stats
+
+    keep = arms["exposed"] > 0
+    p = np.clip(BASELINE + tau[..., keep], 1e-6, 1 - 1e-6)
+    ll = stats.binom.logpmf(arms["exposed_outcome_sum"][keep], arms["exposed"][keep], p)
+    c, d = tau.shape[:2]
+    return xr.Dataset(
+        {"tau_obs": (("chain", "draw", "memory"), ll.astype(np.float64))},
+        coords={"chain": np.arange(c), "draw": np.arange(d), "memory": ids[keep]},
+    )
 
 
 def _split(counts: np.ndarray, n: int) -> np.ndarray:
