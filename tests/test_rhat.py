@@ -109,3 +109,4 @@ def test_memory_rhat_selects_by_id_in_the_given_order() -> None:
     assert np.isnan(memory_rhat(tau.isel(chain=[0]), ids)).all()
     with pytest.raises(KeyError, match="nope"):
         memory_rhat(tau, np.array(["nope"], dtype=object))
+
