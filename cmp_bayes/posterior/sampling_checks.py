@@ -85,9 +85,10 @@ def memory_rhat(draws: xr.DataArray, memories: np.ndarray) -> np.ndarray:
     return rank_rhat(values[index])
 
 
-#: Memories per block of :func:`rank_rhat`: bounds its temporaries (about 10
-#: arrays of ``block * chains * draws`` 8-byte numbers) to tens of MB.
-_RHAT_BLOCK: int = 2048
+#: Memories per block of :func:`rank_rhat`: its temporaries (about 10 arrays of
+#: ``block * chains * draws`` 8-byte numbers) stay in cache; 256 was the fastest
+#: of 128-4096 at 2 x 500 draws (20% faster than 2048).
+_RHAT_BLOCK: int = 256
 #: Blom's offset in the rank back-transformation (as arviz_stats).
 _BLOM_C: float = 3 / 8
 
