@@ -76,12 +76,15 @@ class MemoryDraws:
     def numpy(self, index: np.ndarray, max_draws: int) -> tuple[np.ndarray, np.ndarray]:
         """Estimand and tau draws of memories ``index`` as float64 ``(len(index), D)``,
         D <= ``max_draws`` (evenly thinned over chain x draw)."""
-        est = self.estimand.isel(memory=index).stack(sample=("chain", "draw"))
-        tau = self.tau.isel(memory=index).stack(sample=("chain", "draw"))
-        total = est.sizes["sample"]
+        # sample s of stack(sample=("chain", "draw")) is (chain, draw) = divmod(s, draws):
+        # pick the thinned samples of the listed memories only, never the whole array
+        chains, n_draw, _ = self.estimand.shape
+        total = chains * n_draw
         keep = np.unique(np.linspace(0, total - 1, min(total, max_draws)).round().astype(int))
-        e = est.transpose("memory", "sample").to_numpy()[:, keep].astype("float64")
-        t = tau.transpose("memory", "sample").to_numpy()[:, keep].astype("float64")
+        chain, draw = np.divmod(keep, n_draw)
+        pick = (chain[None, :], draw[None, :], np.asarray(index)[:, None])
+        e = np.ascontiguousarray(self.estimand.to_numpy()[pick], dtype="float64")
+        t = np.ascontiguousarray(self.tau.to_numpy()[pick], dtype="float64")
         return e, t
 
 

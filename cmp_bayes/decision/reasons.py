@@ -26,81 +26,178 @@ def reasons(
     ``bayes_forget``, ``eligible`` and ``rhat_bad`` are boolean arrays over the rows:
     the Bayes rule alone would forget, the guards allow a forget, the memory's own
     R-hat failed. ``variable`` names the estimand (``tau`` or ``utility``).
+
+    Built case by case over whole columns (no per-row Python loop: at 100k
+    memories a loop over rows dominated ``decide``); each number is formatted
+    once per distinct value, since P(useful) takes at most draws + 1 values
+    and the counts few.
     """
+    n = len(frame)
     c = costs.forget_below
-    out = []
-    for i, row in enumerate(frame.itertuples(index=False)):
-        p, n_exp, n_ret, steps = row.p_useful, row.exposed, row.retrieved, row.in_store
-        need = row.exposures_needed
-        expose = (
-            f"more than {MAX_EXPOSURES} exposures would not settle it"
-            if pd.isna(need)
-            else f"expose it {int(need)} more {'time' if need == 1 else 'times'}"
+    action = frame["action"].to_numpy(dtype=object)
+    status = frame["status"].to_numpy(dtype=object)
+    p = frame["p_useful"].to_numpy(dtype="float64")
+    n_exp = frame["exposed"].to_numpy(dtype="int64")
+    n_ret = frame["retrieved"].to_numpy(dtype="int64")
+    steps = frame["in_store"].to_numpy(dtype="int64")
+    bayes_forget = np.asarray(bayes_forget, dtype=bool)
+    eligible = np.asarray(eligible, dtype=bool)
+    rhat_bad = np.asarray(rhat_bad, dtype=bool)
+    out = np.full(n, "", dtype=object)
+
+    def put(mask: np.ndarray, *parts: str | _Column) -> None:
+        """Rows ``mask`` get the concatenation of ``parts`` (constants or per-row columns)."""
+        rows = np.flatnonzero(mask)
+        if rows.size:
+            text = np.full(rows.size, "", dtype=object)
+            for part in parts:
+                text = text + (part if isinstance(part, str) else part.at(rows))
+            out[rows] = text
+
+    p3, p2 = _Column(p, ".3f"), _Column(p, ".2f")
+    forget, defer = action == FORGET, action == DEFER
+    put(
+        forget & bayes_forget,
+        "useless with P=", _Column(1 - p, ".3f"), " after ", _Column(n_exp, ""), " exposures ",
+        "(P(useful)=", p3, f" < {c:.3f}): forget",
+    )
+    put(
+        forget & ~bayes_forget,
+        f"forgotten to meet capacity {costs.capacity}: keeping it is worth least "
+        "among memories that may be forgotten (P(useful)=", p3, ")",
+    )
+    todo = defer.copy()
+
+    def take(mask: np.ndarray) -> np.ndarray:
+        """The rows of ``todo`` in ``mask``, removed from ``todo`` (first match wins)."""
+        hit = todo & mask
+        todo[hit] = False
+        return hit
+
+    if defer.any():
+        expose = _expose_phrases(frame["exposures_needed"])
+        put(
+            take(status == UNIDENTIFIED),
+            "never in any context in ", _Column(steps, ""), " steps in the store: utility "
+            "unidentified (the prior alone gives P(useful)=", p3, "), so never forgotten; ", expose,
         )
-        if row.action == FORGET:
-            if bayes_forget[i]:
-                text = (
-                    f"useless with P={1 - p:.3f} after {n_exp} exposures "
-                    f"(P(useful)={p:.3f} < {c:.3f}): forget"
-                )
-            else:
-                text = (
-                    f"forgotten to meet capacity {costs.capacity}: keeping it is worth least "
-                    f"among memories that may be forgotten (P(useful)={p:.3f})"
-                )
-        elif row.action == DEFER:
-            if row.status == UNIDENTIFIED:
-                text = (
-                    f"never in any context in {steps} steps in the store: utility unidentified "
-                    f"(the prior alone gives P(useful)={p:.3f}), so never forgotten; {expose}"
-                )
-            elif row.status == RETRIEVED_ONLY:
-                text = (
-                    f"retrieved {times(n_ret)} but never exposed: utility identified only if "
-                    f"retrieval is ignorable, so not forgotten (P(useful)={p:.3f}); {expose}"
-                )
-            elif n_exp < costs.min_exposures:
-                text = (
-                    f"exposed {times(n_exp)}, fewer than min_exposures={costs.min_exposures}, "
-                    f"so not forgotten (P(useful)={p:.3f}); {expose}"
-                )
-            elif not eligible[i]:
-                text = (
-                    f"data moved tau by only {row.mean_shift:.2f} prior sds "
-                    f"(floor {costs.min_mean_shift}), so not forgotten (P(useful)={p:.3f}); {expose}"
-                )
-            elif not health.ok:
-                text = (
-                    f"the rule would forget (P(useful)={p:.3f}) but the sampler failed its checks "
-                    f"({'; '.join(health.problems)}): refit before forgetting"
-                )
-            elif rhat_bad[i]:
-                text = (
-                    f"the rule would forget (P(useful)={p:.3f}) but R-hat of {variable} for this "
-                    f"memory is {row.rhat:.3f} > {costs.max_rhat}: refit before forgetting"
-                )
-            else:  # pragma: no cover - every defer has one of the causes above
-                text = f"not forgotten (P(useful)={p:.3f})"
-        elif row.status == UNIDENTIFIED:
-            text = (
-                f"never in any context in {steps} steps: the posterior is the prior "
-                f"(P(useful)={p:.3f} >= {c:.3f}): retain; expose it to learn its utility"
+        put(
+            take(status == RETRIEVED_ONLY),
+            "retrieved ", _Times(n_ret), " but never exposed: utility identified only if "
+            "retrieval is ignorable, so not forgotten (P(useful)=", p3, "); ", expose,
+        )
+        put(
+            take(n_exp < costs.min_exposures),
+            "exposed ", _Times(n_exp), f", fewer than min_exposures={costs.min_exposures}, "
+            "so not forgotten (P(useful)=", p3, "); ", expose,
+        )
+        put(
+            take(~eligible),
+            "data moved tau by only ", _Column(frame["mean_shift"].to_numpy(dtype="float64"), ".2f"),
+            f" prior sds (floor {costs.min_mean_shift}), so not forgotten (P(useful)=", p3, "); ",
+            expose,
+        )
+        if not health.ok:
+            put(
+                take(np.ones(n, dtype=bool)),
+                "the rule would forget (P(useful)=", p3, ") but the sampler failed its checks "
+                f"({'; '.join(health.problems)}): refit before forgetting",
             )
-        elif row.status == RETRIEVED_ONLY:
-            text = (
-                f"retrieved {n_ret} of {steps} times, never exposed: P(useful)={p:.3f} rests on "
-                f"ignorable retrieval: retain"
-            )
-        elif n_ret == 0 and p >= 0.5:
-            text = f"useful when read (P={p:.2f}) but retrieved 0 of {steps} times: fix retrieval"
-        elif p >= 0.5:
-            text = f"useful (P={p:.2f}; retrieved {n_ret} of {steps} times): retain"
-        else:
-            text = f"uncertain (P(useful)={p:.3f}, forget only below {c:.3f}): retain" + (
-                f"; retrieved 0 of {steps} times" if n_ret == 0 else ""
-            )
-        out.append(text)
-    return out
+        put(
+            take(rhat_bad),
+            "the rule would forget (P(useful)=", p3, f") but R-hat of {variable} for this "
+            "memory is ", _Column(frame["rhat"].to_numpy(dtype="float64"), ".3f"),
+            f" > {costs.max_rhat}: refit before forgetting",
+        )
+        # every defer has one of the causes above
+        put(take(np.ones(n, dtype=bool)), "not forgotten (P(useful)=", p3, ")")  # pragma: no cover
+    rest = ~forget & ~defer
+    unid, ret_only = rest & (status == UNIDENTIFIED), rest & (status == RETRIEVED_ONLY)
+    put(
+        unid,
+        "never in any context in ", _Column(steps, ""), " steps: the posterior is the prior "
+        "(P(useful)=", p3, f" >= {c:.3f}): retain; expose it to learn its utility",
+    )
+    put(
+        ret_only,
+        "retrieved ", _Column(n_ret, ""), " of ", _Column(steps, ""), " times, never exposed: "
+        "P(useful)=", p3, " rests on ignorable retrieval: retain",
+    )
+    rest &= ~unid & ~ret_only
+    sure = p >= 0.5
+    put(
+        rest & sure & (n_ret == 0),
+        "useful when read (P=", p2, ") but retrieved 0 of ", _Column(steps, ""),
+        " times: fix retrieval",
+    )
+    put(
+        rest & sure & (n_ret != 0),
+        "useful (P=", p2, "; retrieved ", _Column(n_ret, ""), " of ", _Column(steps, ""),
+        " times): retain",
+    )
+    put(
+        rest & ~sure & (n_ret != 0),
+        "uncertain (P(useful)=", p3, f", forget only below {c:.3f}): retain",
+    )
+    put(
+        rest & ~sure & (n_ret == 0),
+        "uncertain (P(useful)=", p3, f", forget only below {c:.3f}): retain",
+        "; retrieved 0 of ", _Column(steps, ""), " times",
+    )
+    return out.tolist()
+
+
+class _Column:
+    """A per-row number formatted with ``spec``, each distinct value formatted once."""
+
+    def __init__(self, values: np.ndarray, spec: str) -> None:
+        self.values = np.asarray(values)
+        self.spec = spec
+
+    def at(self, rows: np.ndarray) -> np.ndarray:
+        """The formatted values of ``rows`` (object array of str)."""
+        uniq, inverse = np.unique(self.values[rows], return_inverse=True)
+        # float() / int(): the str of a numpy scalar may differ from the Python one
+        cast = float if uniq.dtype.kind == "f" else int
+        text = np.array([format(cast(v), self.spec) for v in uniq], dtype=object)
+        return text[inverse.reshape(-1)]
+
+
+class _Times(_Column):
+    """A per-row count as :func:`times` writes it ("1 time", "2 times")."""
+
+    def __init__(self, values: np.ndarray) -> None:
+        super().__init__(values, "")
+
+    def at(self, rows: np.ndarray) -> np.ndarray:
+        """:func:`times` of ``rows``' counts (object array of str)."""
+        uniq, inverse = np.unique(self.values[rows], return_inverse=True)
+        text = np.array([times(int(v)) for v in uniq], dtype=object)
+        return text[inverse.reshape(-1)]
+
+
+class _Phrases(_Column):
+    """Per-row text given in full (object array of str)."""
+
+    def __init__(self, text: np.ndarray) -> None:
+        super().__init__(text, "")
+
+    def at(self, rows: np.ndarray) -> np.ndarray:
+        """The text of ``rows``."""
+        return self.values[rows]
+
+
+def _expose_phrases(needed: pd.Series) -> _Phrases:
+    """"expose it k more time(s)", or that more than ``MAX_EXPOSURES`` would not settle it."""
+    missing = needed.isna().to_numpy()
+    values = needed.fillna(0).to_numpy(dtype="int64")
+    text = np.full(len(values), f"more than {MAX_EXPOSURES} exposures would not settle it", dtype=object)
+    uniq, inverse = np.unique(values[~missing], return_inverse=True)
+    words = np.array(
+        [f"expose it {int(k)} more {'time' if k == 1 else 'times'}" for k in uniq], dtype=object
+    )
+    text[~missing] = words[inverse.reshape(-1)]
+    return _Phrases(text)
 
 
 def why_not_allowed(
