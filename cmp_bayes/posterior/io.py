@@ -24,6 +24,7 @@ from cmp_bayes.posterior.contract import (
     REQUIRED_ATTRS,
     REQUIRED_GROUPS,
     compatible,
+    fit_attempts,
     memory_level_vars,
 )
 
@@ -168,6 +169,7 @@ def check_posterior(dt: xr.DataTree, where: str = "posterior") -> None:
     if missing:
         lead = "not a cmp_bayes posterior: " if "cmp_bayes_version" in missing else ""
         raise PosteriorError(f"{where}: {lead}root attribute(s) {missing} missing")
+    fit_attempts(dt.attrs, where)  # optional, but when present it must parse
 
 
 def check_version(dt: xr.DataTree, where: str = "posterior") -> None:
