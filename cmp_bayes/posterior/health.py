@@ -49,19 +49,18 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import numpy as np
 import xarray as xr
 
 from cmp_bayes.constants import MAX_DIVERGENCE_SHARE, RHAT_MAX
+from cmp_bayes.posterior import gates
 from cmp_bayes.posterior import sampling_checks as checks
+from cmp_bayes.posterior.gates import ADVISORY_RHAT_CHECK, DIVERGENCE_CHECK, RHAT_CHECK
 from cmp_bayes.posterior.sampling_checks import (
     ENTITY_DIMS,
     ESTIMAND_DEPENDS_ON,
     SAMPLE_DIMS,
     Check,
     divergences,
-    estimand_depends_on,
-    hyperparameter_family,
     hyperparameter_names,
     is_hyperparameter,
     memory_rhat,
@@ -84,11 +83,6 @@ __all__ = [
     "sampler_health",
 ]
 
-#: names of the gating checks (the verdict's).
-DIVERGENCE_CHECK: str = "divergences"
-RHAT_CHECK: str = "R-hat (hyperparameters)"
-#: name of the advisory R-hat row: hyperparameters the estimand does not depend on.
-ADVISORY_RHAT_CHECK: str = "R-hat (hyperparameters the estimand does not depend on)"
 
 
 @dataclass(frozen=True)
@@ -279,12 +273,12 @@ def sampler_health(
         )
     problems: list[str] = []
 
-    div_check, n_div, share = _divergence_check(posterior, max_divergence_share, problems)
-    elements = _hyper_rhat(post, hyper, chains)
-    rhat_check, worst, gated = _rhat_check(elements, hyper, chains, max_rhat, problems, estimand)
-    other = _advisory_rhat_check(elements, hyper, chains, max_rhat, estimand)
+    div_check, n_div, share = gates.divergence_check(posterior, max_divergence_share, problems)
+    elements = gates.hyper_rhat(post, hyper, chains)
+    rhat_check, worst, gated = gates.rhat_check(elements, hyper, chains, max_rhat, problems, estimand)
+    other = gates.advisory_rhat_check(elements, hyper, chains, max_rhat, estimand)
     ok_by = {
-        e: div_check.ok is True and _rhat_ok(elements, hyper, chains, max_rhat, e)
+        e: div_check.ok is True and gates.rhat_ok(elements, hyper, chains, max_rhat, e)
         for e in ESTIMAND_DEPENDS_ON
     }
     rhat_rows = [rhat_check] if other is None else [rhat_check, other]
@@ -316,158 +310,5 @@ def sampler_health(
         estimand=estimand,
         gated=gated,
         ok_by_estimand=ok_by,
-        advisory_rhat=_advisory_phrases(elements, max_rhat, estimand),
+        advisory_rhat=gates.advisory_phrases(elements, max_rhat, estimand),
     )
-
-
-def _divergence_check(
-    posterior: xr.DataTree, max_share: float, problems: list[str]
-) -> tuple[Check, int | None, float | None]:
-    threshold = (
-        "0 divergent transitions" if max_share == 0 else f"<= {max_share:.2%} of draws divergent"
-    )
-    counted = divergences(posterior)
-    if counted is None:
-        problems.append("divergences not recorded (sample_stats.diverging missing)")
-        return Check(DIVERGENCE_CHECK, "n/a", threshold, None), None, None
-    n, total = counted
-    share = n / max(total, 1)
-    ok = share <= max_share
-    if not ok:
-        problems.append(f"{n} divergent draws ({share:.2%} > {max_share:.2%})")
-    check = Check(
-        DIVERGENCE_CHECK,
-        f"{n} of {total} ({100 * share:.2f}%)",
-        threshold,
-        ok,
-        ""
-        if ok
-        else (
-            "the sampler missed part of the posterior: refit with a higher target acceptance "
-            "(e.g. --target-accept 0.95) or more tuning; persisting divergences mean the model "
-            "needs reparameterising"
-        ),
-    )
-    return check, n, share
-
-
-#: (R-hat, element label, variable name) of each hyperparameter element, or None (one chain).
-_Elements = list[tuple[float, str, str]] | None
-
-
-def _hyper_rhat(post: xr.Dataset, hyper: list[str], chains: int) -> _Elements:
-    """:func:`rhat` of every hyperparameter element, computed once for every estimand's gate."""
-    if chains < 2:
-        return None
-    if not hyper:
-        return []
-    ds = post[hyper]
-    values = checks.flatten(checks.rhat(ds))
-    labels = checks.element_labels(ds)
-    names = [n for n in hyper for _ in range(int(ds[n].isel(chain=0, draw=0).size))]
-    return list(zip(values.tolist(), labels, names, strict=True))
-
-
-def _subset(elements: _Elements, estimand: str | None, *, depends: bool = True) -> list:
-    return [e for e in elements or [] if estimand_depends_on(e[2], estimand) is depends]
-
-
-def _worst(elements: list) -> tuple[float, str] | None:
-    if not elements:
-        return None
-    return checks.extreme(
-        np.asarray([e[0] for e in elements], dtype=float), [e[1] for e in elements], largest=True
-    )
-
-
-def _rhat_ok(
-    elements: _Elements, hyper: list[str], chains: int, max_rhat: float, estimand: str | None
-) -> bool:
-    """The R-hat gate's pass for ``estimand`` (what :func:`_rhat_check` decides)."""
-    if chains < 2:
-        return False
-    worst = _worst(_subset(elements, estimand))
-    return worst is None or worst[0] <= max_rhat
-
-
-def _rhat_check(
-    elements: _Elements,
-    hyper: list[str],
-    chains: int,
-    max_rhat: float,
-    problems: list[str],
-    estimand: str | None,
-) -> tuple[Check, tuple[float, str] | None, list[str]]:
-    gated = [n for n in hyper if estimand_depends_on(n, estimand)]
-    if chains < 2:
-        problems.append(f"R-hat needs at least 2 chains, the posterior has {chains}")
-        return Check(RHAT_CHECK, "n/a (needs 2+ chains)", f"<= {max_rhat}", None), None, gated
-    worst = _worst(_subset(elements, estimand))
-    if worst is None:  # no hyperparameters, or constant draws: nothing can disagree
-        return Check(RHAT_CHECK, "n/a", f"<= {max_rhat}", None), None, gated
-    value, name = worst
-    ok = value <= max_rhat
-    if not ok:
-        # enough digits that a value just above the threshold does not read as equal to it
-        shown = f"{value:.3f}" if f"{value:.3f}" != f"{max_rhat:.3f}" else f"{value:.12g}"
-        problems.append(f"R-hat of {name} is {shown} > {max_rhat}")
-    scope = ""
-    if estimand is not None and len(gated) < len(hyper):
-        scope = f"; the {len(gated)} hyperparameters {estimand} depends on"
-    check = Check(
-        RHAT_CHECK,
-        f"max {value:.3f} ({name}{scope})",
-        f"<= {max_rhat}",
-        ok,
-        ""
-        if ok
-        else "chains disagree: run more tuning and draws "
-        "(--tune, --draws, or --max-attempts for fit's retries), then check the trace plots "
-        "for a stuck chain",
-    )
-    return check, worst, gated
-
-
-def _advisory_rhat_check(
-    elements: _Elements, hyper: list[str], chains: int, max_rhat: float, estimand: str | None
-) -> Check | None:
-    """Advisory row for the hyperparameters ``estimand`` does not depend on (None if there are none)."""
-    others = [n for n in hyper if not estimand_depends_on(n, estimand)]
-    if not others:
-        return None
-    worst = _worst(_subset(elements, estimand, depends=False))
-    if chains < 2 or worst is None:
-        return Check(ADVISORY_RHAT_CHECK, "n/a", f"<= {max_rhat}", None, gate=False)
-    value, name = worst
-    ok = value <= max_rhat
-    families = sorted({hyperparameter_family(n) or "?" for n in others})
-    return Check(
-        ADVISORY_RHAT_CHECK,
-        f"max {value:.3f} ({name})",
-        f"<= {max_rhat}",
-        ok,
-        ""
-        if ok
-        else f"{', '.join(others)} enter only {', '.join(families)}: decisions on {estimand} do "
-        "not depend on them, so this does not block them; decisions on an estimand that does "
-        "(utility) would be refused, and rho's intervals may be off",
-        gate=False,
-    )
-
-
-def _advisory_phrases(elements: _Elements, max_rhat: float, estimand: str | None) -> list[str]:
-    """"name R-hat 1.013 (advisory: rho only)" for each failing element some estimand ignores.
-
-    Without an estimand every element gates, so the phrases name the elements that
-    gate only some estimands (those fit's split line explains).
-    """
-    out = []
-    for value, label, name in elements or []:
-        if not value > max_rhat:
-            continue
-        ignored = not estimand_depends_on(name, estimand) if estimand is not None else any(
-            not estimand_depends_on(name, e) for e in ESTIMAND_DEPENDS_ON
-        )
-        if ignored:
-            out.append(f"{label} R-hat {value:.3f} (advisory: {hyperparameter_family(name)} only)")
-    return out
