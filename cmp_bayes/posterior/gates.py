@@ -26,6 +26,10 @@ ADVISORY_RHAT_CHECK: str = "R-hat (hyperparameters the estimand does not depend 
 def divergence_check(
     posterior: xr.DataTree, max_share: float, problems: list[str]
 ) -> tuple[Check, int | None, float | None]:
+    """The divergence gate: (check row, divergent draws or None, their share or None).
+
+    Appends a phrase to ``problems`` when it fails or cannot be made.
+    """
     threshold = (
         "0 divergent transitions" if max_share == 0 else f"<= {max_share:.2%} of draws divergent"
     )
@@ -47,8 +51,8 @@ def divergence_check(
         if ok
         else (
             "the sampler missed part of the posterior: refit with a higher target acceptance "
-            "(e.g. --target-accept 0.95) or more tuning; persisting divergences mean the model "
-            "needs reparameterising"
+            "(e.g. --target-accept 0.99) or more tuning (fit retries so by itself up to "
+            "--max-attempts times); persisting divergences mean the model needs reparameterising"
         ),
     )
     return check, n, share
@@ -72,10 +76,12 @@ def hyper_rhat(post: xr.Dataset, hyper: list[str], chains: int) -> Elements:
 
 
 def subset(elements: Elements, estimand: str | None, *, depends: bool = True) -> list:
+    """The elements whose variable ``estimand`` depends on (``depends=False``: the others)."""
     return [e for e in elements or [] if checks.estimand_depends_on(e[2], estimand) is depends]
 
 
 def worst_element(elements: list) -> tuple[float, str] | None:
+    """(largest finite R-hat, its label) among ``elements``; None if none is finite."""
     if not elements:
         return None
     return checks.extreme(
@@ -101,6 +107,10 @@ def rhat_check(
     problems: list[str],
     estimand: str | None,
 ) -> tuple[Check, tuple[float, str] | None, list[str]]:
+    """The R-hat gate for ``estimand``: (check row, (worst R-hat, label) or None, gated names).
+
+    Appends a phrase to ``problems`` when it fails or cannot be made (one chain).
+    """
     gated = [n for n in hyper if checks.estimand_depends_on(n, estimand)]
     if chains < 2:
         problems.append(f"R-hat needs at least 2 chains, the posterior has {chains}")
