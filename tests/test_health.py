@@ -260,3 +260,102 @@ def test_decisions_object_carries_what_attrs_did(tmp_path) -> None:
     assert list(back.columns) == list(d.table.columns)
     assert list(back["action"]) == list(d.table["action"])
     assert not list((tmp_path / "sub").glob("*.tmp"))
+
+
+# ----------------------------------------------------------------- what the decision depends on
+
+
+def rho_only_stuck(seed: int = 9) -> xr.DataTree:
+    """Forgettable memories whose only bad R-hat is a rho_* hyperparameter (rho_kappa)."""
+    post = synthetic_posterior(forgettable_memories(), draws=200, seed=seed)
+    ds = post["posterior"].to_dataset()
+    shifted = ds["rho_kappa"].copy()
+    shifted[0] = shifted[0] + 5.0
+    post["posterior"] = xr.DataTree(ds.assign(rho_kappa=shifted))
+    return post
+
+
+def test_estimand_dependence_is_one_definition() -> None:
+    names = [
+        "tau_null_sd", "tau_helps_mean", "weight_intercept", "weight_coef", "weight_group_sd",
+        "weight_group_z", "rho_intercept", "rho_kappa", "rho_coef", "rho_group_sd", "rho_group_z",
+    ]
+    tau = sampling_checks.estimand_hyperparameters(names, "tau")
+    assert tau == [n for n in names if not n.startswith("rho_")]
+    assert sampling_checks.estimand_hyperparameters(names, "utility") == names
+    assert sampling_checks.estimand_hyperparameters(names, None) == names
+    # an unknown hyperparameter gates every estimand: the guard can only get stricter
+    assert sampling_checks.estimand_depends_on("new_thing", "tau")
+    with pytest.raises(ValueError, match="estimand"):
+        sampling_checks.estimand_depends_on("tau_null_sd", "rho")
+    with pytest.raises(ValueError, match="estimand"):
+        health_mod.sampler_health(synthetic_posterior(n_memories=3, draws=20), estimand="rho")
+
+
+def test_a_bad_rho_hyperparameter_blocks_utility_not_tau(tmp_path, capsys) -> None:
+    post = rho_only_stuck()
+    tau_costs, utility_costs = Costs(), Costs(estimand="utility")
+    # decide on tau forgets; on utility it refuses, naming the rho hyperparameter
+    on_tau = decide_quietly(post, tau_costs)
+    assert on_tau.health.ok and (on_tau.table["action"] == "forget").all()
+    assert on_tau.health.advisory_rhat and "rho_kappa R-hat" in on_tau.health.advisory_rhat[0]
+    assert "(advisory: rho only)" in on_tau.health.advisory_rhat[0]
+    assert "rho_kappa" not in on_tau.health.gated
+    on_utility = decide_quietly(post, utility_costs)
+    assert not on_utility.health.ok and not (on_utility.table["action"] == "forget").any()
+    assert "R-hat of rho_kappa" in "; ".join(on_utility.health.problems)
+    assert on_utility.table["reason"].str.contains("sampler failed its checks").all()
+    # the report says why the tau forgets are safe, and refuses utility
+    page = report_verdict(post, tmp_path / "tau", tau_costs)
+    assert page.startswith("PASS: ") and "decisions on tau depend on passed" in page
+    assert "rho_kappa R-hat" in page and "decisions on tau do not depend on it" in page
+    assert "decisions on utility would be refused" in page
+    md = (tmp_path / "tau" / "summary.md").read_text(encoding="utf-8")
+    assert health_mod.ADVISORY_RHAT_CHECK in md
+    assert report_verdict(post, tmp_path / "utility", utility_costs).startswith("FAIL: ")
+    # fit's line names both verdicts and the hyperparameter behind the difference
+    line = health_line(post)
+    assert line.startswith("health: ok for decisions on tau, check for utility: ")
+    assert "rho_kappa R-hat" in line and "(advisory: rho only)" in line
+    # the decide CLI's summary says the same as decide
+    path = tmp_path / "post.nc"
+    post.to_netcdf(path, engine="h5netcdf")
+    assert main(["decide", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert on_tau.health.summary() in out and "ok for decisions on tau" in out
+
+
+def test_fit_report_and_decide_agree_for_each_estimand(tmp_path) -> None:
+    # the issue-14 property, per estimand: the same posterior, the same verdict everywhere
+    post = rho_only_stuck(seed=10)
+    line_ok = health_mod.sampler_health(post, advisory=False).ok_by_estimand
+    for estimand, expected in (("tau", True), ("utility", False)):
+        costs = Costs(estimand=estimand)
+        page = report_verdict(post, tmp_path / estimand, costs)
+        decisions = decide_quietly(post, costs)
+        got = {
+            "fit": line_ok[estimand],
+            "report": page.startswith("PASS:"),
+            "decide": decisions.health.ok and bool((decisions.table["action"] == "forget").all()),
+        }
+        assert got == {"fit": expected, "report": expected, "decide": expected}, estimand
+    # and with every hyperparameter clean nothing is split: the lines read as before
+    clean = synthetic_posterior(forgettable_memories(), draws=200, seed=10)
+    h = health_mod.sampler_health(clean, estimand="tau")
+    assert not h.split and not h.advisory_rhat and health_line(clean).startswith("health: ok: ")
+
+
+def test_changing_the_dependence_definition_changes_every_consumer(tmp_path, monkeypatch) -> None:
+    post = rho_only_stuck(seed=11)
+    assert decide_quietly(post).health.ok
+    assert health_line(post).startswith("health: ok for decisions on tau, check for utility")
+    # if the one definition says tau depends on everything, rho_kappa blocks tau decisions too
+    monkeypatch.setattr(sampling_checks, "estimand_depends_on", lambda name, estimand: True)
+    assert verdicts(post, tmp_path / "b") == {"fit": False, "report": False, "decide": False}
+
+
+def test_divergences_block_every_estimand() -> None:
+    post = synthetic_posterior(forgettable_memories(), draws=200, seed=12, divergences=1)
+    for estimand in (None, "tau", "utility"):
+        h = health_mod.sampler_health(post, estimand=estimand, advisory=False)
+        assert not h.ok and not any(h.ok_by_estimand.values())

@@ -61,9 +61,31 @@ def run(args: argparse.Namespace) -> int:
         data = read_log(args.log)
     tree = fit(data, model=cfg.model, sampler=scfg, by=args.by)
     out = save_posterior(tree, args.output or default_output(args.log), thin=args.thin)
+    for line in retry_lines(tree):
+        print(line)
     print(f"wrote {out}")
     print(health_line(tree))
     return 0
+
+
+def retry_lines(tree: xr.DataTree) -> list[str]:
+    """One line per retry fit made (none when the first attempt was healthy)."""
+    from cmp_bayes.posterior.contract import fit_attempts
+
+    attempts = fit_attempts(tree.attrs)
+    lines = []
+    for before, a in zip(attempts, attempts[1:], strict=False):
+        outcome = "healthy" if a["ok"] else f"still failing: {a['problems']}"
+        lines.append(
+            f"fit attempt {before['attempt']} failed ({before['problems']}); retried as attempt "
+            f"{a['attempt']} of {len(attempts)} with target_accept {a['target_accept']}, "
+            f"tune {a['tune']}, seed {a['seed']}: {outcome} ({a['seconds']:.1f} s)"
+        )
+    if len(attempts) > 1:
+        kept = next(a for a in attempts if a["kept"])
+        which = "the first healthy one" if kept["ok"] else "the last; none was healthy"
+        lines.append(f"kept attempt {kept['attempt']} ({which})")
+    return lines
 
 
 def health_line(tree: xr.DataTree) -> str:

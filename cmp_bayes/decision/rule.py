@@ -140,6 +140,7 @@ def decide(posterior: xr.DataTree | str | Path, costs: Costs | None = None) -> D
     draws = MemoryDraws.from_posterior(dt, costs.estimand)
     health = sampler_health(
         dt,
+        estimand=costs.estimand,  # R-hat gates only what this estimand depends on
         max_rhat=costs.max_rhat,
         max_divergence_share=costs.max_divergence_share,
         advisory=False,  # they never change the verdict; the report runs them

@@ -30,6 +30,10 @@ if TYPE_CHECKING:
     import xarray as xr
 
 SAMPLERS: tuple[str, ...] = ("nutpie", "pymc", "numpyro", "advi")
+#: The least target acceptance of fit attempt 1, 2, 3 (and later) of the retry schedule.
+_RETRY_TARGET_ACCEPT: tuple[float, ...] = (0.0, 0.98, 0.99)
+#: Tuning steps a retry doubles at least (tune=0 would otherwise stay 0).
+_MIN_RETRY_TUNE: int = 200
 
 
 @dataclass(frozen=True)
@@ -224,6 +228,17 @@ class SamplerConfig:
         nutpie's mass-matrix adaptation. "low_rank" (default) learns the few strongly
         correlated directions of the mixture's hyperparameters and halves the leapfrog
         steps per draw against "diag" (10k memories: 14 against 29; reports/benchmarks/fit.md).
+    max_attempts : int
+        How many NUTS fits ``fit`` may run before it keeps an unhealthy one (default 3;
+        1 fits once, as before retries existed; ignored by "advi", which has no divergences
+        or R-hat). A fit is retried when its divergences or hyperparameter R-hat fail the
+        sampler-health verdict (:func:`cmp_bayes.posterior.health.sampler_health`, every
+        hyperparameter, default thresholds). Schedule (:meth:`attempt`): attempt 1 runs these
+        settings; attempt 2 raises target_accept to at least 0.98 and doubles tune (same
+        seed); attempt k >= 3 raises target_accept to at least 0.99, tune to
+        ``tune * 2**(k - 1)`` and the seed to ``seed + k``. (A tune below 200 counts as 200
+        when doubled.) The posterior kept is the first healthy attempt, else the last; every
+        attempt is recorded in the posterior's ``fit_attempts`` root attribute.
     """
 
     sampler: str = "nutpie"
@@ -236,13 +251,14 @@ class SamplerConfig:
     advi_iterations: int = 20_000
     target_accept: float = 0.95
     adaptation: str = "low_rank"
+    max_attempts: int = 3
 
     def __post_init__(self) -> None:
         if self.adaptation not in ("low_rank", "diag"):
             raise ConfigError(f"sampler.adaptation must be 'low_rank' or 'diag', got {self.adaptation!r}")
         if self.sampler not in SAMPLERS:
             raise ConfigError(f"sampler must be one of {', '.join(SAMPLERS)}; got {self.sampler!r}")
-        for name in ("draws", "chains", "keep_draws", "advi_iterations"):
+        for name in ("draws", "chains", "keep_draws", "advi_iterations", "max_attempts"):
             if int(getattr(self, name)) < 1:
                 raise ConfigError(f"sampler.{name} must be >= 1, got {getattr(self, name)}")
         if not 0 < self.target_accept < 1:
@@ -259,6 +275,31 @@ class SamplerConfig:
     def to_json(self) -> str:
         """The config as one JSON string (stored in the posterior's root attributes)."""
         return json.dumps(self.to_dict(), sort_keys=True)
+
+    def attempt(self, k: int) -> SamplerConfig:
+        """The settings of fit attempt ``k`` (1-based) of the retry schedule (see ``max_attempts``).
+
+        Raises
+        ------
+        ConfigError
+            ``k`` below 1.
+        """
+        if k < 1:
+            raise ConfigError(f"fit attempts are numbered from 1, got {k}")
+        if k == 1:
+            return self
+        # divergences in this model sit where the step size is too large for the
+        # weakly identified group sds: a smaller step (higher acceptance) and a longer
+        # warm-up for the mass matrix are the standard remedies; a new seed last, in
+        # case one chain was started in a bad region
+        tune = max(int(self.tune), _MIN_RETRY_TUNE) * 2 ** (k - 1)
+        floor = _RETRY_TARGET_ACCEPT[min(k, len(_RETRY_TARGET_ACCEPT)) - 1]
+        return dataclasses.replace(
+            self,
+            target_accept=max(float(self.target_accept), floor),
+            tune=tune,
+            seed=self.seed if k == 2 else self.seed + k,
+        )
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], *, source: str = "sampler config") -> SamplerConfig:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import math
 import warnings
 from pathlib import Path
 from typing import Any
@@ -65,7 +64,12 @@ def fit(
     xarray.DataTree
         Groups posterior, prior, posterior_predictive, prior_predictive,
         observed_data, sample_stats, identification, and log_likelihood
-        (memory-level fits: each exposed memory's tau_obs per draw; see docs/model.md).
+        (memory-level fits: each exposed memory's tau_obs per draw; see
+        docs/model.md). A NUTS fit whose divergences or hyperparameter R-hat
+        fail the sampler-health verdict is rerun on the schedule of
+        ``SamplerConfig.max_attempts``; the root attributes ``fit_attempts``
+        (JSON, every attempt) and ``fit_attempt_kept`` (the attempt whose draws
+        these are: the first healthy one, else the last) record it.
 
     Raises
     ------
@@ -163,10 +167,6 @@ def memory_inputs(log: ExposureLog | xr.Dataset) -> tuple[xr.Dataset, np.ndarray
     return stats, group, meta
 
 
-def _thin_step(chains: int, draws: int, keep: int) -> int:
-    return max(1, math.ceil(chains * draws / keep))
-
-
 def fit_stats(
     stats: xr.Dataset,
     memory_group: np.ndarray | None,
@@ -184,7 +184,7 @@ def fit_stats(
 
     from cmp_bayes.model.build import build_model, hyper_shapes, model_data
     from cmp_bayes.model.recover import recover
-    from cmp_bayes.model.sampling import sample_hyper
+    from cmp_bayes.model.sampling import attempts_json, sample_until_healthy
     from cmp_bayes.posterior.identification import identification_group
 
     if stats.sizes.get("memory", 0) == 0:
@@ -199,9 +199,7 @@ def fit_stats(
         data = pq.with_pair_likelihood(data, pq.memory_loglik(pair_ll, kernel))
     model = build_model(data, config)
     names = list(hyper_shapes(data))
-    post, sample_stats = sample_hyper(model, scfg)
-    step = _thin_step(post.sizes["chain"], post.sizes["draw"], scfg.keep_draws)
-    post = post[names].isel(draw=slice(None, None, step))
+    post, sample_stats, step, attempts = sample_until_healthy(model, scfg, names)
     n_chain, n_draw = post.sizes["chain"], post.sizes["draw"]
     rng = np.random.default_rng(scfg.seed)
     flat = {n: post[n].values.reshape(n_chain * n_draw, *post[n].shape[2:]) for n in names}
@@ -258,6 +256,8 @@ def fit_stats(
     by = "memory" if pair_stats is None else "query"
     tree.attrs.update(root_attrs(config, scfg, meta, data.outcome_kind, by=by))
     tree.attrs["thin_step"] = int(step)
+    tree.attrs["fit_attempts"] = attempts_json(attempts)
+    tree.attrs["fit_attempt_kept"] = int(next(a["attempt"] for a in attempts if a["kept"]))
     return tree
 
 

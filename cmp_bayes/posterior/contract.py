@@ -9,8 +9,13 @@ too: which saved posteriors this install can read.
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
+
+from cmp_bayes.errors import PosteriorError
 
 #: Sample dims of every drawn variable.
 SAMPLE_DIMS: tuple[str, str] = ("chain", "draw")
@@ -90,6 +95,53 @@ REQUIRED_ATTRS: tuple[str, ...] = (
     "cmp_bayes_version", "model_config", "sampler_config", "log_checksum", "log_path",
     "outcome_kind", "created_at", "by", "thin_step",
 )
+
+#: Root attributes a posterior may carry: ``fit_attempts`` (JSON list, one object per
+#: NUTS attempt of fit's retry schedule; see :func:`fit_attempts`) and
+#: ``fit_attempt_kept`` (int, the attempt whose draws the posterior holds). Posteriors
+#: written before retries existed, and synthetic ones, have neither.
+OPTIONAL_ATTRS: tuple[str, ...] = ("fit_attempts", "fit_attempt_kept")
+#: Keys of each object in ``fit_attempts``.
+FIT_ATTEMPT_KEYS: tuple[str, ...] = (
+    "attempt", "seed", "target_accept", "tune", "divergences", "max_rhat", "worst_variable",
+    "ok", "problems", "seconds", "kept",
+)
+
+
+def fit_attempts(attrs: Mapping[str, Any], where: str = "posterior") -> list[dict[str, Any]]:
+    """The fit attempts recorded in a posterior's root attributes ([] when not recorded).
+
+    Parameters
+    ----------
+    attrs : mapping
+        The DataTree's root attributes.
+    where : str
+        Names the posterior in error messages.
+
+    Returns
+    -------
+    list of dict
+        One per attempt, in order, with the keys :data:`FIT_ATTEMPT_KEYS`.
+
+    Raises
+    ------
+    PosteriorError
+        ``fit_attempts`` is not a JSON list of objects with those keys.
+    """
+    raw = attrs.get("fit_attempts")
+    if raw is None:
+        return []
+    try:
+        data = json.loads(str(raw))
+    except json.JSONDecodeError as exc:
+        raise PosteriorError(f"{where}: root attribute 'fit_attempts' is not JSON ({exc})") from exc
+    if not isinstance(data, list) or not all(isinstance(a, dict) for a in data):
+        raise PosteriorError(f"{where}: root attribute 'fit_attempts' is not a JSON list of objects")
+    for a in data:
+        missing = [k for k in FIT_ATTEMPT_KEYS if k not in a]
+        if missing:
+            raise PosteriorError(f"{where}: a 'fit_attempts' entry lacks {missing}")
+    return data
 
 
 def memory_level_vars(by: str) -> tuple[str, ...]:

@@ -32,6 +32,16 @@ ESS measure efficiency and Monte Carlo precision, and the per-memory tau R-hat
 over thousands of memories exceeds 1.01 by chance (``decide`` checks the R-hat
 of each memory it is about to forget with :func:`memory_rhat`). Thresholds are
 in :mod:`cmp_bayes.constants`.
+
+**What a decision depends on** (``estimand=``): each memory's tau posterior is
+drawn given the mixture's shape (``tau_*``) and weights (``weight_*``) only; the
+``rho_*`` hyperparameters enter rho and so utility = rho * tau
+(:func:`~cmp_bayes.posterior.sampling_checks.estimand_depends_on`, the one
+definition). ``decide`` asks for the verdict of its estimand, so a badly mixed
+retrievability group sd does not block forgets on tau (it is shown as an
+advisory row and phrase), while it still blocks forgets on utility. Without an
+estimand (``cmp-bayes fit``) every hyperparameter gates, and the line names both
+verdicts when they differ. Divergences gate every estimand.
 """
 
 from __future__ import annotations
@@ -42,9 +52,12 @@ from typing import Any
 import xarray as xr
 
 from cmp_bayes.constants import MAX_DIVERGENCE_SHARE, RHAT_MAX
+from cmp_bayes.posterior import gates
 from cmp_bayes.posterior import sampling_checks as checks
+from cmp_bayes.posterior.gates import ADVISORY_RHAT_CHECK, DIVERGENCE_CHECK, RHAT_CHECK
 from cmp_bayes.posterior.sampling_checks import (
     ENTITY_DIMS,
+    ESTIMAND_DEPENDS_ON,
     SAMPLE_DIMS,
     Check,
     divergences,
@@ -55,6 +68,7 @@ from cmp_bayes.posterior.sampling_checks import (
 )
 
 __all__ = [
+    "ADVISORY_RHAT_CHECK",
     "DIVERGENCE_CHECK",
     "ENTITY_DIMS",
     "RHAT_CHECK",
@@ -69,9 +83,6 @@ __all__ = [
     "sampler_health",
 ]
 
-#: names of the gating checks (the verdict's).
-DIVERGENCE_CHECK: str = "divergences"
-RHAT_CHECK: str = "R-hat (hyperparameters)"
 
 
 @dataclass(frozen=True)
@@ -101,6 +112,17 @@ class SamplerHealth:
         One phrase per gating check that failed or could not be made.
     rhat_threshold, divergence_share_threshold : float
         The thresholds the verdict used.
+    estimand : str or None
+        The decision estimand the R-hat gate was limited to (None: every
+        hyperparameter gates; see :func:`~cmp_bayes.posterior.sampling_checks.estimand_depends_on`).
+    gated : list of str
+        The hyperparameters whose R-hat gated the verdict (all of them without an estimand).
+    ok_by_estimand : dict of str to bool
+        The verdict each estimand would get with the same thresholds ("tau", "utility").
+    advisory_rhat : list of str
+        One phrase per hyperparameter element above ``rhat_threshold`` that does not
+        gate the verdict, with what it enters, e.g. "rho_group_sd R-hat 1.013
+        (advisory: rho only)".
     """
 
     ok: bool
@@ -115,10 +137,46 @@ class SamplerHealth:
     problems: list[str] = field(default_factory=list)
     rhat_threshold: float = RHAT_MAX
     divergence_share_threshold: float = MAX_DIVERGENCE_SHARE
+    estimand: str | None = None
+    gated: list[str] = field(default_factory=list)
+    ok_by_estimand: dict[str, bool] = field(default_factory=dict)
+    advisory_rhat: list[str] = field(default_factory=list)
+
+    @property
+    def split(self) -> bool:
+        """Whether the estimands get different verdicts (a bad R-hat only some depend on)."""
+        return len(set(self.ok_by_estimand.values())) > 1
+
+    def _flag(self) -> str:
+        """"ok", "check", or which estimands are ok ("ok for decisions on tau, check for utility")."""
+        if not self.split:
+            return "ok" if self.ok else "check"
+        good = [e for e, ok in self.ok_by_estimand.items() if ok]
+        bad = [e for e, ok in self.ok_by_estimand.items() if not ok]
+        return f"ok for decisions on {', '.join(good)}, check for {', '.join(bad)}"
+
+    def _advisory_sentence(self) -> str:
+        """Why the non-gating R-hat failures are safe to ignore for this estimand ("" if none)."""
+        if not self.advisory_rhat or self.estimand is None:
+            return ""
+        refused = [e for e, ok in self.ok_by_estimand.items() if not ok]
+        tail = f"; decisions on {', '.join(refused)} would be refused" if refused else ""
+        return (
+            f" Advisory: {'; '.join(self.advisory_rhat)} above {self.rhat_threshold}: decisions "
+            f"on {self.estimand} do not depend on {'it' if len(self.advisory_rhat) == 1 else 'them'}"
+            f" (each memory's {self.estimand} posterior is drawn given the tau_* and weight_* "
+            f"hyperparameters only){tail}."
+        )
 
     @property
     def verdict(self) -> str:
         """One line a person reads first (the report's)."""
+        if self.ok and self.estimand is not None and self.advisory_rhat:
+            return (
+                f"PASS: {self.chains} chains x {self.draws} draws, every check that decisions "
+                f"on {self.estimand} depend on passed; the posterior can be trusted for "
+                f"decisions on {self.estimand}.{self._advisory_sentence()}"
+            )
         if self.ok:
             return (
                 f"PASS: {self.chains} chains x {self.draws} draws, every recorded check passed; "
@@ -135,25 +193,35 @@ class SamplerHealth:
         rh = "n/a" if self.max_rhat is None else f"{self.max_rhat:.3f}"
         div = "n/a" if self.divergences is None else str(self.divergences)
         verdict = "ok" if self.ok else "FAILED: " + "; ".join(self.problems)
+        if self.ok and self.estimand is not None and self.advisory_rhat:
+            verdict = f"ok for decisions on {self.estimand}; " + "; ".join(self.advisory_rhat)
+        scope = "" if self.estimand is None else f" ({self.estimand} depends on {len(self.gated)})"
         return (
             f"sampler health: {self.chains} chains x {self.draws} draws, "
-            f"max hyperparameter R-hat {rh}, divergences {div}: {verdict}"
+            f"max hyperparameter R-hat {rh}{scope}, divergences {div}: {verdict}"
         )
 
     def line(self) -> str:
-        """One line after a fit: verdict, R-hat, divergences (``cmp-bayes fit``'s)."""
+        """One line after a fit: verdict, R-hat, divergences (``cmp-bayes fit``'s).
+
+        When the estimands get different verdicts (a bad R-hat only utility depends
+        on), the line names both and the hyperparameters behind the difference:
+        "health: ok for decisions on tau, check for utility: ...; rho_group_sd R-hat
+        1.013 (advisory: rho only); ...".
+        """
         if self.max_rhat is not None:
-            rhat_txt = (
-                f"max R-hat {self.max_rhat:.3f} over {len(self.hyperparameters)} hyperparameters"
-            )
+            rhat_txt = f"max R-hat {self.max_rhat:.3f} over {len(self.gated)} hyperparameters"
+            if self.estimand is not None and len(self.gated) < len(self.hyperparameters):
+                rhat_txt += f" {self.estimand} depends on"
         elif self.chains < 2:
             rhat_txt = "R-hat n/a (one chain)"
         else:
             rhat_txt = "R-hat n/a"
+        notes = "".join(f"; {n}" for n in self.advisory_rhat)
         div = "n/a" if self.divergences is None else str(self.divergences)
-        flag = "ok" if self.ok else "check"
         return (
-            f"health: {flag}: {rhat_txt}; {div} divergences in {self.chains * self.draws} draws"
+            f"health: {self._flag()}: {rhat_txt}{notes}; "
+            f"{div} divergences in {self.chains * self.draws} draws"
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -164,6 +232,7 @@ class SamplerHealth:
 def sampler_health(
     posterior: xr.DataTree,
     *,
+    estimand: str | None = None,
     max_rhat: float = RHAT_MAX,
     max_divergence_share: float = MAX_DIVERGENCE_SHARE,
     advisory: bool = True,
@@ -175,6 +244,12 @@ def sampler_health(
     posterior : xarray.DataTree
         Follows the posterior contract (``posterior``; ``sample_stats`` with
         ``diverging`` and optionally ``energy`` and the tree-depth flag).
+    estimand : {None, "tau", "utility"}
+        The decision the verdict is for. With an estimand, R-hat gates only on
+        the hyperparameters that estimand depends on (``tau``: the ``tau_*`` and
+        ``weight_*`` ones; ``utility``: all); the others are checked as an
+        advisory row. None (fit's default) gates on every hyperparameter.
+        Divergences gate whatever the estimand: they bias every hyperparameter.
     max_rhat : float
         Largest hyperparameter R-hat that passes (dimensionless, ``<=``).
     max_divergence_share : float
@@ -192,22 +267,33 @@ def sampler_health(
     chains = int(post.sizes.get("chain", 0))
     draws = int(post.sizes.get("draw", 0))
     hyper = hyperparameter_names(posterior)
+    if estimand is not None and estimand not in ESTIMAND_DEPENDS_ON:
+        raise ValueError(
+            f"estimand must be None or one of {sorted(ESTIMAND_DEPENDS_ON)}, got {estimand!r}"
+        )
     problems: list[str] = []
 
-    div_check, n_div, share = _divergence_check(posterior, max_divergence_share, problems)
-    rhat_check, worst = _rhat_check(post, hyper, chains, max_rhat, problems)
+    div_check, n_div, share = gates.divergence_check(posterior, max_divergence_share, problems)
+    elements = gates.hyper_rhat(post, hyper, chains)
+    rhat_check, worst, gated = gates.rhat_check(elements, hyper, chains, max_rhat, problems, estimand)
+    other = gates.advisory_rhat_check(elements, hyper, chains, max_rhat, estimand)
+    ok_by = {
+        e: div_check.ok is True and gates.rhat_ok(elements, hyper, chains, max_rhat, e)
+        for e in ESTIMAND_DEPENDS_ON
+    }
+    rhat_rows = [rhat_check] if other is None else [rhat_check, other]
     if advisory:
         diag = checks.diagnose_stats(posterior, hyper)
         rows = [
             div_check,
             checks.treedepth_check(diag),
             checks.bfmi_check(diag),
-            rhat_check,
+            *rhat_rows,
             checks.ess_check(post, hyper, chains),
             checks.tau_rhat_check(post, chains),
         ]
     else:
-        rows = [div_check, rhat_check]
+        rows = [div_check, *rhat_rows]
     return SamplerHealth(
         ok=not problems,
         checks=rows,
@@ -221,68 +307,8 @@ def sampler_health(
         problems=problems,
         rhat_threshold=float(max_rhat),
         divergence_share_threshold=float(max_divergence_share),
+        estimand=estimand,
+        gated=gated,
+        ok_by_estimand=ok_by,
+        advisory_rhat=gates.advisory_phrases(elements, max_rhat, estimand),
     )
-
-
-def _divergence_check(
-    posterior: xr.DataTree, max_share: float, problems: list[str]
-) -> tuple[Check, int | None, float | None]:
-    threshold = (
-        "0 divergent transitions" if max_share == 0 else f"<= {max_share:.2%} of draws divergent"
-    )
-    counted = divergences(posterior)
-    if counted is None:
-        problems.append("divergences not recorded (sample_stats.diverging missing)")
-        return Check(DIVERGENCE_CHECK, "n/a", threshold, None), None, None
-    n, total = counted
-    share = n / max(total, 1)
-    ok = share <= max_share
-    if not ok:
-        problems.append(f"{n} divergent draws ({share:.2%} > {max_share:.2%})")
-    check = Check(
-        DIVERGENCE_CHECK,
-        f"{n} of {total} ({100 * share:.2f}%)",
-        threshold,
-        ok,
-        ""
-        if ok
-        else (
-            "the sampler missed part of the posterior: refit with a higher target acceptance "
-            "(e.g. --target-accept 0.95) or more tuning; persisting divergences mean the model "
-            "needs reparameterising"
-        ),
-    )
-    return check, n, share
-
-
-def _rhat_check(
-    post: xr.Dataset, hyper: list[str], chains: int, max_rhat: float, problems: list[str]
-) -> tuple[Check, tuple[float, str] | None]:
-    if chains < 2:
-        problems.append(f"R-hat needs at least 2 chains, the posterior has {chains}")
-        return Check(RHAT_CHECK, "n/a (needs 2+ chains)", f"<= {max_rhat}", None), None
-    worst = None
-    if hyper:
-        values = checks.flatten(checks.rhat(post[hyper]))
-        worst = checks.extreme(values, checks.element_labels(post[hyper]), largest=True)
-    if worst is None:  # no hyperparameters, or constant draws: nothing can disagree
-        return Check(RHAT_CHECK, "n/a", f"<= {max_rhat}", None), None
-    value, name = worst
-    ok = value <= max_rhat
-    if not ok:
-        # enough digits that a value just above the threshold does not read as equal to it
-        shown = f"{value:.3f}" if f"{value:.3f}" != f"{max_rhat:.3f}" else f"{value:.12g}"
-        problems.append(f"R-hat of {name} is {shown} > {max_rhat}")
-    check = Check(
-        RHAT_CHECK,
-        f"max {value:.3f} ({name})",
-        f"<= {max_rhat}",
-        ok,
-        ""
-        if ok
-        else "chains disagree: run more tuning and draws "
-        "(--tune, --draws), then check the trace plots for a stuck chain",
-    )
-    return check, worst
-
-

@@ -25,6 +25,7 @@ from cmp_bayes.posterior.contract import (
     REQUIRED_GROUPS,
     SAMPLE_DIMS,
     compatible,
+    fit_attempts,
     memory_level_vars,
 )
 
@@ -173,6 +174,7 @@ def check_posterior(dt: xr.DataTree, where: str = "posterior") -> None:
     if missing:
         lead = "not a cmp_bayes posterior: " if "cmp_bayes_version" in missing else ""
         raise PosteriorError(f"{where}: {lead}root attribute(s) {missing} missing")
+    fit_attempts(dt.attrs, where)  # optional, but when present it must parse
 
 
 def _check_log_likelihood(dt: xr.DataTree, post: xr.Dataset, where: str) -> None:

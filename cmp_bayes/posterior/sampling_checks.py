@@ -36,6 +36,52 @@ def hyperparameter_names(posterior: xr.DataTree) -> list[str]:
     return [str(name) for name, da in post.data_vars.items() if is_hyperparameter(da)]
 
 
+#: Hyperparameter families by name prefix, and the per-memory quantity each one's draws
+#: enter (docs/model.md): the mixture shape (``tau_*``) and its weights (``weight_*``)
+#: make each memory's tau prior; ``rho_*`` make its rho prior, and nothing else.
+HYPERPARAMETER_FAMILIES: dict[str, str] = {"tau_": "tau", "weight_": "tau", "rho_": "rho"}
+#: The per-memory quantities each decision estimand is a function of (utility = rho * tau).
+ESTIMAND_DEPENDS_ON: dict[str, frozenset[str]] = {
+    "tau": frozenset({"tau"}),
+    "utility": frozenset({"tau", "rho"}),
+}
+
+
+def hyperparameter_family(name: str) -> str | None:
+    """``"tau"`` or ``"rho"``: which per-memory quantity a hyperparameter enters (None: unknown)."""
+    for prefix, family in HYPERPARAMETER_FAMILIES.items():
+        if name.startswith(prefix):
+            return family
+    return None
+
+
+def estimand_depends_on(name: str, estimand: str | None) -> bool:
+    """Whether decisions on ``estimand`` depend on hyperparameter ``name``.
+
+    The one definition fit, the report and decide use. ``estimand=None`` means
+    any decision: every hyperparameter counts. A name of no known family counts
+    for every estimand, so an unrecognised variable can only make the guard stricter.
+
+    Raises
+    ------
+    ValueError
+        An estimand other than None and the keys of :data:`ESTIMAND_DEPENDS_ON`.
+    """
+    if estimand is None:
+        return True
+    if estimand not in ESTIMAND_DEPENDS_ON:
+        raise ValueError(
+            f"estimand must be None or one of {sorted(ESTIMAND_DEPENDS_ON)}, got {estimand!r}"
+        )
+    family = hyperparameter_family(name)
+    return family is None or family in ESTIMAND_DEPENDS_ON[estimand]
+
+
+def estimand_hyperparameters(names: list[str], estimand: str | None) -> list[str]:
+    """The hyperparameters among ``names`` that decisions on ``estimand`` depend on, in order."""
+    return [n for n in names if estimand_depends_on(n, estimand)]
+
+
 def rhat(ds: xr.Dataset) -> xr.Dataset:
     """The one R-hat: max of bulk and folded rank-normalized split R-hat, per element.
 

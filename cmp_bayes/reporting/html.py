@@ -84,7 +84,11 @@ def report(
     thresholds = (
         {}
         if gate is None
-        else {"max_rhat": gate.max_rhat, "max_divergence_share": gate.max_divergence_share}
+        else {
+            "max_rhat": gate.max_rhat,
+            "max_divergence_share": gate.max_divergence_share,
+            "estimand": gate.estimand,  # the verdict decide gave, for the same estimand
+        }
     )
     health = sampler_health(tree, **thresholds)
     hyper = health.hyperparameters
@@ -92,7 +96,7 @@ def report(
 
     sections = [
         sec.overview(health, ident, decisions, tree),
-        sec.sampler_health_section(health),
+        sec.sampler_health_section(health, _attempts(tree)),
         sec.hyperparameter_section(tree, hyper),
         sec.trace_rank_section(tree, hyper),
         sec.forest_section(tree, ident),
@@ -128,6 +132,16 @@ def _decide(tree: xr.DataTree, costs: Any) -> tuple[Decisions | None, str]:
         return decide(tree, costs), ""
     except CmpBayesError as exc:
         return None, f"Not computed: {exc}"
+
+
+def _attempts(tree: xr.DataTree) -> list[dict[str, Any]]:
+    """fit's recorded attempts ([] when absent or unreadable: the report shows what it can)."""
+    from cmp_bayes.posterior.contract import fit_attempts
+
+    try:
+        return fit_attempts(tree.attrs)
+    except CmpBayesError:
+        return []
 
 
 def _name(tree: xr.DataTree, out_dir: Path) -> str:

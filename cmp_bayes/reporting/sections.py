@@ -12,7 +12,7 @@ from __future__ import annotations
 import html
 import math
 import warnings
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -95,8 +95,15 @@ def overview(
     return Section("overview", "What to look at first", lead, body, md)
 
 
-def sampler_health_section(health: SamplerHealth) -> Section:
-    """Table of the sampler checks with verdicts and what to do on fail."""
+def sampler_health_section(
+    health: SamplerHealth, attempts: list[dict[str, Any]] | None = None
+) -> Section:
+    """Table of the sampler checks with verdicts and what to do on fail.
+
+    ``attempts`` (the posterior's ``fit_attempts``,
+    :func:`cmp_bayes.posterior.contract.fit_attempts`) adds the table of fit's
+    retries and which attempt the posterior holds.
+    """
     frame = pd.DataFrame(
         [
             {
@@ -112,13 +119,52 @@ def sampler_health_section(health: SamplerHealth) -> Section:
     cls = "pass" if health.ok else "fail"
     body = f"<p class='verdict {cls}'>{html.escape(health.verdict)}</p>" + table_html(frame)
     md = f"**{health.verdict}**\n\n" + table_md(frame)
+    if attempts:
+        note, table = _attempts_table(attempts)
+        body += paragraph_html(note) + table_html(table)
+        md += f"\n{note}\n\n" + table_md(table)
     lead = (
         "Checks of the hyperparameters (the only parameters NUTS samples; each memory's tau "
         "and rho are drawn exactly given them), from cmp_bayes.posterior.health: the verdict "
         "rests on divergences and R-hat, the same verdict fit and decide give; the other "
-        "checks are advisory ('warn')."
+        "checks are advisory ('warn'). R-hat gates only the hyperparameters the decision's "
+        "estimand depends on (tau: tau_* and weight_*; utility: all of them)."
     )
     return Section("sampler-health", "Sampler health", lead, body, md)
+
+
+def _attempts_table(attempts: list[dict[str, Any]]) -> tuple[str, pd.DataFrame]:
+    """A sentence on fit's retries and one row per attempt."""
+    kept = next((a for a in attempts if a.get("kept")), attempts[-1])
+    if len(attempts) == 1:
+        note = "fit ran one attempt."
+    elif kept.get("ok"):
+        note = (
+            f"fit ran {len(attempts)} attempts; the posterior holds attempt {kept['attempt']}, "
+            "the first that passed the sampler checks."
+        )
+    else:
+        note = (
+            f"fit ran {len(attempts)} attempts and none passed the sampler checks; the "
+            f"posterior holds the last, attempt {kept['attempt']}."
+        )
+    rows = []
+    for a in attempts:
+        rh = a.get("max_rhat")
+        rows.append(
+            {
+                "attempt": a["attempt"],
+                "seed": a["seed"],
+                "target_accept": a["target_accept"],
+                "tune": a["tune"],
+                "divergences": "n/a" if a.get("divergences") is None else a["divergences"],
+                "max R-hat": "n/a" if rh is None else f"{rh:.3f} ({a.get('worst_variable')})",
+                "healthy": "yes" if a.get("ok") else "no",
+                "seconds": a["seconds"],
+                "kept": "yes" if a.get("kept") else "",
+            }
+        )
+    return note, pd.DataFrame(rows)
 
 
 def hyperparameter_section(posterior: xr.DataTree, hyper: list[str]) -> Section:
