@@ -1,6 +1,6 @@
 """decide's path without per-memory Python loops gives what the loops gave.
 
-``reasons`` is compared sentence by sentence with the row loop it replaced
+``reason_texts`` is compared sentence by sentence with the row loop it replaced
 (kept here verbatim as ``reference_reasons``), on posteriors that reach every
 branch; ``MemoryDraws.numpy`` with xarray's stack-and-thin.
 """
@@ -18,7 +18,7 @@ from cmp_bayes.decision import rule
 from cmp_bayes.decision.costs import Costs
 from cmp_bayes.decision.decisions import DEFER, FORGET
 from cmp_bayes.decision.preposterior import MAX_EXPOSURES
-from cmp_bayes.decision.reasons import reasons, times
+from cmp_bayes.decision.reasons import reason_texts, times
 from cmp_bayes.decision.rule import decide
 from cmp_bayes.posterior.health import SamplerHealth
 from cmp_bayes.testing import synthetic_posterior
@@ -167,13 +167,13 @@ def test_reasons_equal_the_row_loop(name: str, kwargs: dict, costs: Costs, monke
     seen: list[int] = []
 
     def both(*args):  # type: ignore[no-untyped-def]
-        got = reasons(*args)
+        got = reason_texts(*args)
         want = reference_reasons(*args)
         assert got == want
         seen.append(len(got))
         return got
 
-    monkeypatch.setattr(rule, "reasons", both)
+    monkeypatch.setattr(rule, "reason_texts", both)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         table = decide(post, costs).table

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from cmp_bayes.posterior import sampling_checks
+from cmp_bayes.posterior import rhat_kernel
 from cmp_bayes.posterior.sampling_checks import memory_rhat, rank_rhat, rhat
 from cmp_bayes.testing import synthetic_posterior
 
@@ -66,7 +66,7 @@ def test_rank_rhat_random_draws_many_seeds() -> None:
 def test_rank_rhat_blocks_and_shapes() -> None:
     # more elements than one block, and leading dims kept
     rng = np.random.default_rng(7)
-    x = rng.normal(size=(sampling_checks._RHAT_BLOCK + 5, 2, 20))
+    x = rng.normal(size=(rhat_kernel._RHAT_BLOCK + 5, 2, 20))
     x[-1, 1] += 2.0
     got = rank_rhat(x)
     np.testing.assert_allclose(got[-10:], arviz_rank_rhat(x[-10:]), rtol=0, atol=1e-10)

@@ -12,7 +12,7 @@ from cmp_bayes.decision.preposterior import MAX_EXPOSURES
 from cmp_bayes.posterior.health import SamplerHealth
 
 
-def reasons(
+def reason_texts(
     frame: pd.DataFrame,
     costs: Costs,
     health: SamplerHealth,

@@ -54,7 +54,7 @@ from cmp_bayes.decision.costs import Costs
 from cmp_bayes.decision.decisions import ACTIONS, DEFER, FORGET, RETAIN, DecisionRule, Decisions
 from cmp_bayes.decision.draws import MemoryDraws
 from cmp_bayes.decision.preposterior import exposures_to_resolve
-from cmp_bayes.decision.reasons import note_shortfall, reasons, why_not_allowed
+from cmp_bayes.decision.reasons import note_shortfall, reason_texts, why_not_allowed
 from cmp_bayes.posterior.health import memory_rhat, sampler_health
 from cmp_bayes.posterior.io import as_posterior
 
@@ -223,7 +223,7 @@ def decide(posterior: xr.DataTree | str | Path, costs: Costs | None = None) -> D
         }
     )
     frame["reason"] = pd.Series(
-        reasons(frame, costs, health, bayes_forget, eligible, rhat_bad, draws.variable),
+        reason_texts(frame, costs, health, bayes_forget, eligible, rhat_bad, draws.variable),
         dtype="string",
     )
     if shortfall:
