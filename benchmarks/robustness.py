@@ -22,7 +22,8 @@ run leaves its finished fits)::
     OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 .venv/bin/python benchmarks/robustness.py \
         --seeds 1 2 3 --out reports/robustness
 
-``--render`` rebuilds README.md from an existing results.json.
+``--render`` rebuilds README.md from an existing results.json, with the
+hand-written reading of the numbers in ``notes.md`` (same folder) after the header.
 """
 
 from __future__ import annotations
@@ -279,7 +280,10 @@ def main() -> None:
     results_path = args.out / "results.json"
     if args.render:
         doc = json.loads(results_path.read_text())
-        write_text_atomic(args.out / "README.md", render(doc))
+        notes = args.out / "notes.md"
+        write_text_atomic(
+            args.out / "README.md", render(doc, notes.read_text() if notes.exists() else "")
+        )
         return
     command = "OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 .venv/bin/python " + shlex.join(
         ["benchmarks/robustness.py", *sys.argv[1:]]

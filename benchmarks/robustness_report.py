@@ -131,7 +131,8 @@ def _criteria(rs: list[dict], pol: str = "decide") -> list[tuple[str, int, int, 
     return out
 
 
-def render(doc: dict) -> str:
+def render(doc: dict, notes: str = "") -> str:
+    """The report; ``notes`` (Markdown, e.g. a hand-written reading of the tables) follows the header."""
     runs = _by_dgp(doc)
     prov = doc["provenance"]
     s = doc["settings"]
@@ -181,6 +182,7 @@ def render(doc: dict) -> str:
         "(steps, design, memories, labels) and read back with `cmp_bayes.read_log`. \"Required\" "
         "(for AUC) = drawn from the useful component.",
         "",
+        *([notes.strip(), ""] if notes.strip() else []),
         "## Data-generating processes",
         "",
         *_dgp_table(doc, runs),
