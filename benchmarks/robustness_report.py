@@ -152,7 +152,7 @@ def render(doc: dict, notes: str = "") -> str:
         f"{', '.join(f'{x:.2f}' for x in prov['load_average_start'])}"
         + (f", at the last write {', '.join(f'{x:.2f}' for x in prov['load_average_now'])}"
            if "load_average_now" in prov else "")
-        + (f"; {prov['elapsed_s'] / 60:.1f} min so far." if "elapsed_s" in prov else ".")
+        + (f"; {prov['elapsed_s'] / 60:.1f} min elapsed at the last write." if "elapsed_s" in prov else ".")
         + " The machine is shared (2 cores, several sessions): times are wall times under that load.",
         "",
         f"Model: `cmp_bayes.fit(log, sampler=SamplerConfig(draws={s['draws']}, tune={s['tune']}, "
@@ -166,9 +166,10 @@ def render(doc: dict, notes: str = "") -> str:
         "Methods: **model** = the fitted posterior (mean, equal-tailed 90% interval of the tau draws); "
         "**Hajek** = `estimate(log, method='hajek')` and `hajek_threshold`; **NPMLE** = the prior "
         "pmf on the model's 121-point tau grid that maximises the exposed memories' marginal "
-        "likelihood (the model's own truncated grid likelihood, one prior for all memories), "
+        "likelihood (the model's own truncated grid likelihood, one prior for all memories; EM "
+        "from the uniform pmf, capped at 20,000 iterations), "
         "then each memory's grid posterior and the Bayes rule; **oracle** = the same with the "
-        "histogram of the true taus as the prior (not available to a user). NPMLE and oracle "
+        "histogram of all memories' `tau_true` as the prior (not available to a user). NPMLE and oracle "
         "forget identified memories only (`exposed >= 1`). The **flexible prior (g-modeling)** "
         "column is left out: it is not built yet (issue 15, item 3).",
         "",
