@@ -89,9 +89,7 @@ def worst_element(elements: list) -> tuple[float, str] | None:
     )
 
 
-def rhat_ok(
-    elements: Elements, hyper: list[str], chains: int, max_rhat: float, estimand: str | None
-) -> bool:
+def rhat_ok(elements: Elements, chains: int, max_rhat: float, estimand: str | None) -> bool:
     """The R-hat gate's pass for ``estimand`` (what :func:`rhat_check` decides)."""
     if chains < 2:
         return False
@@ -111,7 +109,7 @@ def rhat_check(
 
     Appends a phrase to ``problems`` when it fails or cannot be made (one chain).
     """
-    gated = [n for n in hyper if checks.estimand_depends_on(n, estimand)]
+    gated = checks.estimand_hyperparameters(hyper, estimand)
     if chains < 2:
         problems.append(f"R-hat needs at least 2 chains, the posterior has {chains}")
         return Check(RHAT_CHECK, "n/a (needs 2+ chains)", f"<= {max_rhat}", None), None, gated
@@ -145,7 +143,8 @@ def advisory_rhat_check(
     elements: Elements, hyper: list[str], chains: int, max_rhat: float, estimand: str | None
 ) -> Check | None:
     """Advisory row for the hyperparameters ``estimand`` does not depend on (None if there are none)."""
-    others = [n for n in hyper if not checks.estimand_depends_on(n, estimand)]
+    gated = set(checks.estimand_hyperparameters(hyper, estimand))
+    others = [n for n in hyper if n not in gated]
     if not others:
         return None
     worst = worst_element(subset(elements, estimand, depends=False))

@@ -267,10 +267,7 @@ def sampler_health(
     chains = int(post.sizes.get("chain", 0))
     draws = int(post.sizes.get("draw", 0))
     hyper = hyperparameter_names(posterior)
-    if estimand is not None and estimand not in ESTIMAND_DEPENDS_ON:
-        raise ValueError(
-            f"estimand must be None or one of {sorted(ESTIMAND_DEPENDS_ON)}, got {estimand!r}"
-        )
+    checks.check_estimand(estimand)
     problems: list[str] = []
 
     div_check, n_div, share = gates.divergence_check(posterior, max_divergence_share, problems)
@@ -278,7 +275,7 @@ def sampler_health(
     rhat_check, worst, gated = gates.rhat_check(elements, hyper, chains, max_rhat, problems, estimand)
     other = gates.advisory_rhat_check(elements, hyper, chains, max_rhat, estimand)
     ok_by = {
-        e: div_check.ok is True and gates.rhat_ok(elements, hyper, chains, max_rhat, e)
+        e: div_check.ok is True and gates.rhat_ok(elements, chains, max_rhat, e)
         for e in ESTIMAND_DEPENDS_ON
     }
     rhat_rows = [rhat_check] if other is None else [rhat_check, other]

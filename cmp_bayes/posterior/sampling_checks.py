@@ -56,6 +56,21 @@ def hyperparameter_family(name: str) -> str | None:
     return None
 
 
+def check_estimand(estimand: str | None) -> str | None:
+    """``estimand`` itself when it is None or a key of :data:`ESTIMAND_DEPENDS_ON`.
+
+    Raises
+    ------
+    ValueError
+        Any other estimand.
+    """
+    if estimand is not None and estimand not in ESTIMAND_DEPENDS_ON:
+        raise ValueError(
+            f"estimand must be None or one of {sorted(ESTIMAND_DEPENDS_ON)}, got {estimand!r}"
+        )
+    return estimand
+
+
 def estimand_depends_on(name: str, estimand: str | None) -> bool:
     """Whether decisions on ``estimand`` depend on hyperparameter ``name``.
 
@@ -68,12 +83,8 @@ def estimand_depends_on(name: str, estimand: str | None) -> bool:
     ValueError
         An estimand other than None and the keys of :data:`ESTIMAND_DEPENDS_ON`.
     """
-    if estimand is None:
+    if check_estimand(estimand) is None:
         return True
-    if estimand not in ESTIMAND_DEPENDS_ON:
-        raise ValueError(
-            f"estimand must be None or one of {sorted(ESTIMAND_DEPENDS_ON)}, got {estimand!r}"
-        )
     family = hyperparameter_family(name)
     return family is None or family in ESTIMAND_DEPENDS_ON[estimand]
 
