@@ -11,6 +11,8 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from cmp_bayes.errors import ConfigError
+
 
 @contextlib.contextmanager
 def atomic_path(target: str | Path, suffix: str | None = None) -> Iterator[Path]:
@@ -20,7 +22,7 @@ def atomic_path(target: str | Path, suffix: str | None = None) -> Iterator[Path]
     POSIX file systems because both paths share a directory.
     """
     target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    _make_parent(target)
     fd, tmp = tempfile.mkstemp(
         prefix=f".{target.name}.", suffix=suffix or ".tmp", dir=target.parent
     )
@@ -58,7 +60,7 @@ def atomic_dir(target: str | Path) -> Iterator[Path]:
     An existing ``target`` is replaced only after the new one is complete.
     """
     target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    _make_parent(target)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
         yield tmp
@@ -74,6 +76,17 @@ def atomic_dir(target: str | Path) -> Iterator[Path]:
     except BaseException:
         _rmtree(tmp)
         raise
+
+
+def _make_parent(target: Path) -> None:
+    """Create ``target``'s folder; a file standing where a folder must be is the user's to fix."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        blocker = next((p for p in (target.parent, *target.parent.parents) if p.is_file()), None)
+        raise ConfigError(
+            f"cannot write {target}: {blocker or target.parent} is a file, not a folder"
+        ) from None
 
 
 def _umask() -> int:

@@ -165,3 +165,20 @@ def test_cli_user_errors_keep_exit_2_under_debug(
     # CMP_BAYES_DEBUG is for bugs; bad input stays one line and exit 2
     monkeypatch.setenv(DEBUG_ENV, "1")
     _one_line_exit(capsys, ["decide", str(posterior_file), "--threshold", "-3"], 2)
+
+
+def test_output_folder_that_is_a_file_is_one_line_exit_2(
+    posterior_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # decide -o X.csv, then report -o X.csv: the report's folder is a file. The user's
+    # to fix (exit 2, naming the file), not an internal error; the file is left alone.
+    blocker = tmp_path / "decisions.csv"
+    blocker.write_text("memory_id,action\n")
+    assert main(["report", str(posterior_file), "-o", str(blocker)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is a file, not a folder" in err and str(blocker) in err
+    assert blocker.read_text() == "memory_id,action\n"
+    from cmp_bayes.atomic import write_text_atomic
+
+    with pytest.raises(ConfigError, match="decisions.csv is a file, not a folder"):
+        write_text_atomic(blocker / "deeper" / "x.txt", "x")
