@@ -84,7 +84,7 @@ def random_log(
             ).assign(deleted_step=lambda d: d["deleted_step"].mask(never)),
             MEMORY_COLUMNS,
         )
-    ctx = pd.DataFrame(ctx_rows, columns=list(CONTEXT_COLUMNS))
+    ctx = pd.DataFrame(ctx_rows, columns=list(CONTEXT_COLUMNS)[:6])  # slots without an arm
     rk = pd.DataFrame(rank_rows, columns=list(RANKING_COLUMNS))
     design = {"slots": n_memories, "exposure_slots": n_memories, "pool": pool} if pool else None
     return ExposureLog(

@@ -45,6 +45,7 @@ CONTEXT_SPEC: dict[str, tuple[str, bool]] = {
     "source": ("str", True),
     "rank": ("int", False),
     "propensity": ("num", False),
+    "arm": ("str", False),
 }
 
 #: column rules of the memories and labels tables
@@ -255,7 +256,7 @@ def contexts_frame(
     ----------
     cols : dict of pyarrow.ChunkedArray
         The table's columns ``memory_id``, ``source`` and the optional
-        ``rank``, ``propensity``; each is removed from the dict once converted,
+        ``rank``, ``propensity``, ``arm``; each is removed from the dict once converted,
         so that (the caller holding no other reference) its memory is freed
         before the next one is built.
     step : numpy.ndarray, int64, shape (n,)
@@ -287,6 +288,8 @@ def contexts_frame(
         scodes = column_codes(cols.pop("source"), n)
     columns["rank"] = masked_int64(cols.pop("rank", None), n)
     columns["propensity"] = masked_float64(cols.pop("propensity", None), n)
+    # few slots carry an arm: kept as strings (all <NA> when the column is absent)
+    columns["arm"] = string_values(cols.pop("arm", None), n)[0]
     frame = pd.DataFrame(columns, copy=False)
     if strings:
         for name, codes in (("memory_id", mcodes), ("source", scodes)):

@@ -84,7 +84,8 @@ def design_rounds(design: dict[str, Any]) -> list[Round]:
     """The rounds of a checked design, in step order (one round for the fixed form)."""
     if "rounds" in design:
         return [Round(int(r["start"]), int(r["steps"]), r.get("seed"), r["pool"]) for r in design["rounds"]]
-    return [Round(0, int(design["steps"]), design.get("seed"), design.get("pool") or {})]
+    # .get: designs built in memory (tests, adapters) may leave out the fixed form's steps
+    return [Round(0, int(design.get("steps") or 0), design.get("seed"), design.get("pool") or {})]
 
 
 def round_index(design: dict[str, Any], steps: np.ndarray) -> np.ndarray:

@@ -36,7 +36,7 @@ def write_log(
         ``jsonl``: ``steps.jsonl`` (+ ``design.json``, ``memories.jsonl``,
         ``labels.jsonl``). ``parquet``: ``steps.parquet`` (with a
         ``ranking`` list column when the log has rankings),
-        ``contexts.parquet``, ``memories.parquet``, ``labels.parquet`` and
+        ``contexts.parquet`` (with an ``arm`` column when a slot has one), ``memories.parquet``, ``labels.parquet`` and
         ``design.json``.
 
     Returns
@@ -70,12 +70,15 @@ def step_records(log: ExposureLog) -> list[dict[str, Any]]:
     srcs = ctx["source"].astype(str).to_numpy()
     ranks = ctx["rank"].to_numpy(dtype=object, na_value=None)
     props = ctx["propensity"].to_numpy(dtype=object, na_value=None)
-    for s, m, src, r, p in zip(steps_col, mids, srcs, ranks, props, strict=True):
+    arms = _arms(ctx)
+    for s, m, src, r, p, a in zip(steps_col, mids, srcs, ranks, props, arms, strict=True):
         slot: dict[str, Any] = {"memory_id": m, "source": src}
         if r is not None:
             slot["rank"] = int(r)
         if p is not None:
             slot["propensity"] = float(p)
+        if a is not None:
+            slot["arm"] = str(a)
         by_step.setdefault(int(s), []).append(slot)
     rankings: dict[int, list[str]] = {}
     if log.rankings is not None and not log.rankings.empty:
@@ -96,6 +99,13 @@ def step_records(log: ExposureLog) -> list[dict[str, Any]]:
             rec["ranking"] = rankings[int(s)]
         out.append(rec)
     return out
+
+
+def _arms(ctx: pd.DataFrame) -> np.ndarray:
+    """Each slot's ``arm`` (None where it has none: retriever slots, pool slots logged without one)."""
+    if "arm" not in ctx.columns:
+        return np.full(len(ctx), None, dtype=object)
+    return ctx["arm"].astype("string").to_numpy(dtype=object, na_value=None)
 
 
 def _num(y: float) -> int | float:
@@ -165,18 +175,17 @@ def _write_parquet(log: ExposureLog, root: Path) -> None:
         )
     pq.write_table(pa.table(cols), root / "steps.parquet")
     ctx = log.contexts.sort_values(["step", "slot"], kind="stable")
-    pq.write_table(
-        pa.table(
-            {
-                "step": pa.array(ctx["step"].to_numpy(dtype=np.int64)),
-                "memory_id": pa.array(ctx["memory_id"].astype(str).to_numpy(), pa.string()),
-                "source": pa.array(ctx["source"].astype(str).to_numpy(), pa.string()),
-                "rank": pa.array(ctx["rank"].to_numpy(dtype=object, na_value=None), pa.int64()),
-                "propensity": pa.array(ctx["propensity"].to_numpy(dtype=object, na_value=None), pa.float64()),
-            }
-        ),
-        root / "contexts.parquet",
-    )
+    ccols = {
+        "step": pa.array(ctx["step"].to_numpy(dtype=np.int64)),
+        "memory_id": pa.array(ctx["memory_id"].astype(str).to_numpy(), pa.string()),
+        "source": pa.array(ctx["source"].astype(str).to_numpy(), pa.string()),
+        "rank": pa.array(ctx["rank"].to_numpy(dtype=object, na_value=None), pa.int64()),
+        "propensity": pa.array(ctx["propensity"].to_numpy(dtype=object, na_value=None), pa.float64()),
+    }
+    arms = _arms(ctx)
+    if any(a is not None for a in arms):  # the spec's optional column, only where a slot has an arm
+        ccols["arm"] = pa.array(arms, pa.string())
+    pq.write_table(pa.table(ccols), root / "contexts.parquet")
     if log.memories is not None:
         m = log.memories
         pq.write_table(

@@ -44,6 +44,7 @@ from cmp_bayes.log.columns import (
     read_parquet_table,
     read_simple_table,
     steps_frame,
+    string_values,
     table_columns,
 )
 from cmp_bayes.log.layout import is_text, parquet_files, read_design
@@ -54,10 +55,15 @@ from cmp_bayes.log.schema import (
     ExposureLog,
     empty_frame,
 )
+from cmp_bayes.log.window import ReadRows
 
 
-def read_parquet_log(root: Path) -> ExposureLog:
-    """Read a Parquet-form log directory (see module docstring)."""
+def read_parquet_log(root: Path) -> tuple[ExposureLog, ReadRows]:
+    """Read a Parquet-form log directory (see module docstring).
+
+    Returns the log and where its steps and slots came from (the window
+    design's checks run once the memories are checked, see :func:`cmp_bayes.read_log`).
+    """
     design = read_design(root / "design.json")
     design_file = str(root / "design.json")
 
@@ -68,8 +74,12 @@ def read_parquet_log(root: Path) -> ExposureLog:
     check_columns(table, rows, STEP_SPEC)
     steps = steps_frame(table)
     validate.check_steps(steps, rows)
+    validate.check_step_rounds(steps, design, design_file, rows)
     steps_np = steps["step"].to_numpy()
     rankings = None
+    has_ranking = np.zeros(len(steps_np), dtype=bool)
+    if "ranking" in table.column_names:
+        has_ranking = ~table["ranking"].is_null().to_numpy(zero_copy_only=False)
     if "ranking" in table.column_names and table["ranking"].null_count < table.num_rows:
         rk = table["ranking"]
         if not (pat.is_list(rk.type) or pat.is_large_list(rk.type)):
@@ -85,7 +95,7 @@ def read_parquet_log(root: Path) -> ExposureLog:
         contexts, mcodes, scodes, runs, crows = built
         validate.check_contexts(contexts, steps_np, design, design_file, crows, mcodes, scodes, runs)
     else:
-        contexts = empty_frame(CONTEXT_COLUMNS)
+        contexts, crows = empty_frame(CONTEXT_COLUMNS), None
 
     memories = read_simple_table(root, "memories", MEMORY_COLUMNS, MEMORY_SPEC)
     if memories is not None:
@@ -94,7 +104,8 @@ def read_parquet_log(root: Path) -> ExposureLog:
         if dup.any():
             raise LogError(root / "memories.parquet", "duplicate memory_id", row=int(np.flatnonzero(dup)[0]), field="memory_id")
     labels = read_simple_table(root, "labels", LABEL_COLUMNS, LABEL_SPEC)
-    return ExposureLog(steps, contexts, rankings, memories, design, labels, source=root)
+    log = ExposureLog(steps, contexts, rankings, memories, design, labels, source=root)
+    return log, ReadRows(rows, crows, has_ranking)
 
 
 _Built = tuple[pd.DataFrame, Codes | None, Codes | None, validate.StepRuns, validate.Rows]
@@ -112,7 +123,7 @@ def _contexts_whole(files: list[Path]) -> _Built:
         rows = rows.reordered(runs.order)
         step = step[runs.order]
         runs = validate.StepRuns(None, runs.starts, runs.lengths)
-    cols = table_columns(ctable, ("memory_id", "source", "rank", "propensity"))
+    cols = table_columns(ctable, ("memory_id", "source", "rank", "propensity", "arm"))
     del ctable  # each column is freed as soon as it is converted
     contexts, mcodes, scodes = contexts_frame(cols, step, runs)
     return contexts, mcodes, scodes, runs, rows
@@ -215,6 +226,7 @@ def _contexts_by_part(files: list[Path]) -> _Built | None:
             "source": pd.arrays.ArrowStringArray(pa.chunked_array(chunks["source"], pa.large_string())),
             "rank": pd.arrays.IntegerArray(rank, rank_null),
             "propensity": pd.arrays.FloatingArray(prop, prop_null),
+            "arm": string_values(None, n)[0],  # parts with an arm column take the whole-table path
         },
         copy=False,
     )
@@ -230,8 +242,8 @@ def _buffers_key(a: pa.Array) -> tuple[int, ...]:
 def _plain_contexts_schema(schema: pa.Schema) -> bool:
     """Required columns present with the types :func:`_contexts_by_part` converts directly."""
     names = schema.names
-    if any(c not in names for c in ("step", "memory_id", "source")):
-        return False
+    if any(c not in names for c in ("step", "memory_id", "source")) or "arm" in names:
+        return False  # an arm column (window designs) takes the whole-table path
     ok = pat.is_integer(schema.field("step").type) and all(
         pat.is_dictionary(schema.field(c).type) and is_text(schema.field(c).type.value_type)
         for c in ("memory_id", "source")

@@ -33,6 +33,7 @@ from cmp_bayes.log.schema import (
     ExposureLog,
     coerce,
 )
+from cmp_bayes.log.window import ReadRows, check_window_log
 
 # log_checksum is re-exported: cmp_bayes.log_checksum has always lived at this path
 __all__ = ["log_checksum", "read_log"]
@@ -68,21 +69,23 @@ def read_log(path: str | Path) -> ExposureLog:
         raise LogError(p, "no such file or directory")
     form = log_form(p)
     if form == "steps-file":
-        steps, contexts, rankings = _read_steps_jsonl(p, design=None, design_file="design.json")
+        steps, contexts, rankings, where = _read_steps_jsonl(p, design=None, design_file="design.json")
         log = ExposureLog(steps=steps, contexts=contexts, rankings=rankings, source=p)
     elif form == "jsonl":
         design = read_design(p / "design.json")
-        steps, contexts, rankings = _read_steps_jsonl(
+        steps, contexts, rankings, where = _read_steps_jsonl(
             p / "steps.jsonl", design=design, design_file=str(p / "design.json")
         )
         memories = _read_jsonl_table(p / "memories.jsonl", _memory_record, MEMORY_COLUMNS)
         labels = _read_jsonl_table(p / "labels.jsonl", _label_record, LABEL_COLUMNS)
         log = ExposureLog(steps, contexts, rankings, memories, design, labels, source=p)
     elif form == "parquet":
-        log = read_parquet_log(p)
+        log, where = read_parquet_log(p)
     else:
         raise LogError(p, "not an exposure log: no steps.jsonl, steps.parquet or steps/ found")
     _check_memories(log)
+    # a window slot's W_t needs the store: checked once the memories are known to be valid
+    check_window_log(log, where)
     log.checksum = log_checksum(p)
     return log
 
@@ -161,9 +164,9 @@ def _is_num(v: Any) -> bool:
 
 def _read_steps_jsonl(
     file: Path, design: dict[str, Any] | None, design_file: str
-) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame | None]:
-    s_step, s_query, s_out, s_group, s_line = [], [], [], [], []
-    c_step, c_slot, c_mem, c_src, c_rank, c_prop, c_line = [], [], [], [], [], [], []
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame | None, ReadRows]:
+    s_step, s_query, s_out, s_group, s_line, s_ranked = [], [], [], [], [], []
+    c_step, c_slot, c_mem, c_src, c_rank, c_prop, c_arm, c_line = [], [], [], [], [], [], [], []
     r_step, r_rank, r_mem = [], [], []
     any_ranking = False
     for line, obj in _iter_json_lines(file):
@@ -203,12 +206,16 @@ def _read_steps_jsonl(
             prop = slot.get("propensity")
             if prop is not None and (not _is_num(prop) or not math.isfinite(prop)):
                 raise _type_error(file, line, f"{f}.propensity", "a number in (0, 1]", prop)
+            arm = slot.get("arm")
+            if arm is not None and not isinstance(arm, str):
+                raise _type_error(file, line, f"{f}.arm", "\"pool\" or \"window\"", arm)
             c_step.append(step)
             c_slot.append(j)
             c_mem.append(mid)
             c_src.append(src)
             c_rank.append(rank)
             c_prop.append(prop)
+            c_arm.append(arm)
             c_line.append(line)
         if "ranking" in obj and obj["ranking"] is not None:
             ranking = obj["ranking"]
@@ -217,6 +224,7 @@ def _read_steps_jsonl(
             if len(set(ranking)) != len(ranking):
                 raise LogError(file, "a memory appears twice in the ranking", line=line, field="ranking")
             any_ranking = True
+            s_ranked.append(len(s_step) - 1)
             r_step.extend([step] * len(ranking))
             r_rank.extend(range(len(ranking)))
             r_mem.extend(ranking)
@@ -234,20 +242,24 @@ def _read_steps_jsonl(
                 "source": pd.array(c_src, dtype="string"),
                 "rank": pd.array(c_rank, dtype="Int64"),
                 "propensity": pd.array(c_prop, dtype="Float64"),
+                "arm": pd.array(c_arm, dtype="string"),
             }
         ),
         CONTEXT_COLUMNS,
     )
-    validate.check_steps(steps, validate.Rows.lines(str(file), s_line))
-    validate.check_contexts(
-        contexts, steps["step"].to_numpy(np.int64), design, design_file, validate.Rows.lines(str(file), c_line)
-    )
+    srows = validate.Rows.lines(str(file), s_line)
+    crows = validate.Rows.lines(str(file), c_line)
+    validate.check_steps(steps, srows)
+    validate.check_step_rounds(steps, design, design_file, srows)
+    validate.check_contexts(contexts, steps["step"].to_numpy(np.int64), design, design_file, crows)
     rankings = None
     if any_ranking:
         rankings = coerce(
             pd.DataFrame({"step": r_step, "rank": r_rank, "memory_id": r_mem}), RANKING_COLUMNS
         )
-    return steps, contexts, rankings
+    has_ranking = np.zeros(len(s_step), dtype=bool)
+    has_ranking[np.asarray(s_ranked, dtype=np.int64)] = True
+    return steps, contexts, rankings, ReadRows(srows, crows, has_ranking)
 
 
 def _memory_record(obj: dict, file: Path, line: int) -> dict[str, Any]:

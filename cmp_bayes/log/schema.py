@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from cmp_bayes.log.design import union_pool
+
 #: steps: one row per step, in step order.
 STEP_COLUMNS: dict[str, str] = {
     "step": "int64",
@@ -30,6 +32,9 @@ CONTEXT_COLUMNS: dict[str, str] = {
     "source": "string",  # "retriever" | "exposure"
     "rank": "Int64",  # <NA> where absent
     "propensity": "Float64",  # <NA> for retriever slots
+    # "pool" | "window" as logged on an exposure slot; <NA> for retriever slots and for
+    # exposure slots logged without one (the spec: those are pool slots)
+    "arm": "string",
 }
 #: rankings: the optional per-step retriever ranking in long form.
 RANKING_COLUMNS: dict[str, str] = {
@@ -98,9 +103,11 @@ class ExposureLog:
         The store (``MEMORY_COLUMNS``); ``None`` without ``memories.jsonl``,
         in which case every memory is in the store at every step.
     design : dict or None
-        ``design.json`` as a dict (``slots``, ``exposure_slots``,
-        ``assignment``, ``steps``, ``seed``, ``pool`` mapping memory id to
-        propensity); ``None`` for a log without exposure slots.
+        ``design.json`` as checked by :func:`cmp_bayes.log.design.check_design`
+        (fixed form: ``steps``, ``seed``, ``pool``; or ``rounds``; window designs
+        add ``window`` and ``pool_slots``); read pools through
+        :func:`~cmp_bayes.log.design.pool_at` / :func:`~cmp_bayes.log.design.union_pool`.
+        ``None`` for a log without exposure slots.
     labels : pandas.DataFrame or None
         Evaluation labels (``LABEL_COLUMNS``); never read by fitting or deciding.
     source : pathlib.Path or None
@@ -122,7 +129,7 @@ class ExposureLog:
     def memory_ids(self) -> pd.Index:
         """The memories in the store, sorted: the memories file when present,
         otherwise every memory named in a context, a ranking or the design's
-        pool. Labels never add memories (they are for evaluation only)."""
+        pool (every round's). Labels never add memories (they are for evaluation only)."""
         if self.memories is not None:
             ids = self.memories["memory_id"]
         else:
@@ -130,7 +137,7 @@ class ExposureLog:
             if self.rankings is not None:
                 parts.append(self.rankings["memory_id"])
             if self.design is not None:
-                parts.append(pd.Series(list(self.design.get("pool", {})), dtype="string"))
+                parts.append(pd.Series(list(union_pool(self.design)), dtype="string"))
             ids = pd.concat(parts, ignore_index=True)
         # unique on the (Arrow-backed) column first: converting every row to a Python
         # str cost seconds at 10M rows

@@ -23,13 +23,18 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cmp_bayes.constants import EXPOSURE, SOURCES
+from cmp_bayes.constants import EXPOSURE, RETRIEVER, SOURCES
 from cmp_bayes.errors import LogError
 from cmp_bayes.log.codes import Codes, encode
-from cmp_bayes.log.design import PoolTable, pool_lookup
+from cmp_bayes.log.design import has_rounds, is_window
+from cmp_bayes.log.pools import RoundPools
 
 #: relative tolerance when comparing a slot's propensity with the design's pool
 PROPENSITY_RTOL = 1e-9
+
+#: the ``arm`` of an exposure slot: dealt over the pool, or a window design's near-miss slot
+POOL_ARM, WINDOW_ARM = "pool", "window"
+SLOT_ARMS: tuple[str, ...] = (POOL_ARM, WINDOW_ARM)
 
 #: longest context (slots in one step) checked for repeats by the dense
 #: pairwise comparison; longer ones fall back to a sort
@@ -247,15 +252,15 @@ def check_contexts(
     memory: Codes | None = None,
     source: Codes | None = None,
     runs: StepRuns | None = None,
-    pool: PoolTable | None = None,
+    pools: RoundPools | None = None,
 ) -> None:
     """Slot-level rules of the spec, on the long contexts table.
 
     Parameters
     ----------
     contexts : pandas.DataFrame
-        ``step``, ``slot`` (names the field in errors), ``rank``, ``propensity``
-        and, unless their codes are given, ``memory_id`` and ``source``.
+        ``step``, ``slot`` (names the field in errors), ``rank``, ``propensity``,
+        optionally ``arm`` and, unless their codes are given, ``memory_id`` and ``source``.
     step_values : numpy.ndarray
         The steps of the log (sorted); a slot naming another step is rejected.
     design, design_file
@@ -266,8 +271,17 @@ def check_contexts(
         Codes of ``memory_id`` and ``source`` when the caller has them.
     runs : StepRuns, optional
         ``StepRuns.of(contexts["step"])`` when the caller has it.
-    pool : PoolTable, optional
-        ``PoolTable.of(design["pool"])`` when the caller has it.
+    pools : RoundPools, optional
+        ``RoundPools.of(design)`` when the caller has it.
+
+    Notes
+    -----
+    Pool slots (exposure slots without ``arm`` or with ``arm: "pool"``) must
+    agree with the pool of the round their step falls in. In a window design
+    every exposure slot carries ``arm``, a step holds at most ``pool_slots``
+    pool slots and ``exposure_slots - pool_slots`` window slots; whether a
+    window slot is in its step's window ``W_t`` with the right propensity
+    needs the rankings and the store (:func:`cmp_bayes.log.window.check_window_slots`).
     """
     if contexts.empty:
         return
@@ -314,22 +328,44 @@ def check_contexts(
         pv = prop.to_numpy(dtype=float, na_value=np.nan)
         fail(has_p & ~((pv > 0) & (pv <= 1)), "context[{slot}].propensity",
              "propensity must be in (0, 1], got {propensity}")
+    arm = _arm_codes(contexts, src, fail)
+    if arm is not None:
+        ids["arm"] = arm
     if len(exp_rows) == 0:
         return
     if design is None:
         fail_first(int(exp_rows[0]), "context[{slot}].source", "exposure slot but the log has no design.json")
-    # look up only the exposure slots: retriever slots are most rows and need no pool value
-    table = pool if pool is not None else PoolTable.of(design.get("pool", {}))
-    pool_p = mem.lookup(pool_lookup(table, mem.dictionary), np.nan, exp_rows)
+    window = is_window(design)
+    win_code = arm.code_of(WINDOW_ARM) if arm is not None else -2
+    exp_arm = arm.indices[exp_rows] if arm is not None else np.full(len(exp_rows), -1, np.int8)
+    if window and bool((exp_arm < 0).any()):
+        fail_first(int(exp_rows[np.argmax(exp_arm < 0)]), "context[{slot}].arm",
+                   f"exposure slot for memory '{{memory_id}}' has no 'arm'; {design_file} is a window "
+                   "design, where every exposure slot carries \"arm\": \"pool\" or \"window\"")
+    is_win = exp_arm == win_code
+    if not window and is_win.any():
+        fail_first(int(exp_rows[np.argmax(is_win)]), "context[{slot}].arm",
+                   f"a window slot, but {design_file} is not a window design (assignment 'window')")
+    # look up only the pool slots: retriever slots are most rows and need no pool value, and
+    # window slots are checked against their step's window (log/window.py)
+    pool_rows = exp_rows[~is_win]
+    table = pools if pools is not None else RoundPools.of(design)
+    pool_p = table.lookup(step[pool_rows], mem, pool_rows)
     missing = np.isnan(pool_p)
     if missing.any():
-        fail_first(int(exp_rows[np.argmax(missing)]), "context[{slot}].memory_id",
-                   f"exposed memory '{{memory_id}}' is not in the pool of {design_file}")
-    pv = np.asarray(exp_p.to_numpy(dtype=float, na_value=np.nan))
+        i = int(pool_rows[np.argmax(missing)])
+        r = int(table.round_of(step[i : i + 1])[0])
+        where = f"the pool of round {r} (steps {table.starts[r]}..{table.stops[r] - 1}) of {design_file}" if (
+            has_rounds(design) and r >= 0) else f"the pool of {design_file}"
+        fail_first(i, "context[{slot}].memory_id", f"exposed memory '{{memory_id}}' is not in {where}")
+    pv = np.asarray(prop.array[pool_rows].to_numpy(dtype=float, na_value=np.nan))
     disagree = ~np.isclose(pv, pool_p, rtol=PROPENSITY_RTOL, atol=0.0)
     if disagree.any():
-        fail_first(int(exp_rows[np.argmax(disagree)]), "context[{slot}].propensity",
-                   f"propensity {{propensity}} disagrees with {design_file} pool value for '{{memory_id}}'")
+        i = int(pool_rows[np.argmax(disagree)])
+        r = int(table.round_of(step[i : i + 1])[0])
+        which = f"round {r}'s pool value" if has_rounds(design) else "pool value"
+        fail_first(i, "context[{slot}].propensity",
+                   f"propensity {{propensity}} disagrees with {design_file} {which} for '{{memory_id}}'")
     k = int(design["exposure_slots"])
     if bool((runs.per_run_count(is_exp) > k).any()):
         # failure path: report at the first exposure slot beyond the k-th, so the field points at the offender
@@ -337,6 +373,49 @@ def check_contexts(
         nth = pd.Series(is_exp.astype(int)).groupby(step).cumsum().to_numpy()
         fail(is_exp & (per_step > k) & (nth > k), "context",
              f"step {{step}} has more exposure slots than design.exposure_slots = {k}")
+    if window:
+        j = int(design.get("pool_slots", 0))
+        win = np.zeros(len(step), dtype=bool)
+        win[exp_rows[is_win]] = True
+        for mask, cap, what in ((is_exp & ~win, j, "pool slots than design.pool_slots"),
+                                (win, k - j, "window slots than exposure_slots - pool_slots")):
+            if bool((runs.per_run_count(mask) > cap).any()):
+                nth = pd.Series(mask.astype(int)).groupby(step).cumsum().to_numpy()
+                fail(mask & (nth > cap), "context[{slot}].arm", f"step {{step}} has more {what} = {cap}")
+
+
+def _arm_codes(contexts: pd.DataFrame, src: Codes, fail: Any) -> Codes | None:
+    """Codes of the ``arm`` column (None when the table has none); rejects an unknown arm, and
+    an arm on a retriever slot (the spec gives ``arm`` to exposure slots only)."""
+    if "arm" not in contexts.columns:
+        return None
+    arm = encode(contexts["arm"])
+    if len(arm.dictionary) == 0:
+        return arm
+    ok = pc.is_in(arm.dictionary, value_set=pa.array(SLOT_ARMS, arm.dictionary.type)).to_numpy(zero_copy_only=False)
+    if not ok.all():
+        fail(~arm.lookup(ok, True), "context[{slot}].arm", "unknown arm '{arm}' (expected 'pool' or 'window')")
+    has = arm.indices >= 0
+    retr = src.indices == src.code_of(RETRIEVER)
+    if bool((has & retr).any()):
+        fail(has & retr, "context[{slot}].arm",
+             "a retriever slot carries arm '{arm}'; 'arm' belongs to exposure slots only")
+    return arm
+
+
+def check_step_rounds(steps: pd.DataFrame, design: dict[str, Any] | None, design_file: str, rows: Rows) -> None:
+    """In a design laid out in rounds, every step falls in some round (field ``step``)."""
+    if not has_rounds(design) or steps.empty:
+        return
+    table = RoundPools.of(design)
+    st = steps["step"].to_numpy(np.int64)
+    if len(table.starts) == 0:
+        fail_at(steps, np.ones(len(st), dtype=bool), rows, "step",
+                f"step {{step}} falls in no round of {design_file} (its 'rounds' is empty)")
+    lo, hi = int(table.starts[0]), int(table.stops[-1])
+    fail_at(steps, table.round_of(st) < 0, rows, "step",
+            f"step {{step}} falls in no round of {design_file} (its rounds cover steps {lo}..{hi - 1}); "
+            "a writer appends a round before the round's first step")
 
 
 def _bounds(values: pd.Series) -> tuple[float, float]:

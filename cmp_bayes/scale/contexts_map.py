@@ -22,16 +22,19 @@ import pyarrow.parquet as pq
 
 from cmp_bayes.errors import LogError
 from cmp_bayes.log import validate
-from cmp_bayes.log.codes import Codes
+from cmp_bayes.log.codes import Codes, encode
 from cmp_bayes.log.columns import (
     CONTEXT_SPEC,
+    arrow_list_to_long,
     check_columns,
     contexts_frame,
     int64_values,
     read_parquet_table,
     table_columns,
 )
-from cmp_bayes.log.design import PoolTable
+from cmp_bayes.log.design import is_window
+from cmp_bayes.log.pools import RoundPools
+from cmp_bayes.log.window import Store, check_window_slots, filled_before_window, window_table
 from cmp_bayes.scale.parts import (
     EMPTY,
     Lifetimes,
@@ -46,10 +49,11 @@ from cmp_bayes.statistics.kernels import (
     ARM_COLS,
     By,
     arm_sums,
+    arrow_strings,
     is_binary,
     positions,
     row_outcomes,
-    source_arm,
+    slot_arm,
 )
 
 
@@ -77,9 +81,13 @@ def empty_contexts(error: PartError | None = None) -> ContextsPartial:
     )
 
 
-def steps_in_range(steps: list[Part], lo: int, hi: int, by: By) -> tuple[np.ndarray, np.ndarray, pa.Array, np.ndarray]:
-    """Step, outcome, cell names and cell code of every step in [lo, hi], sorted by step."""
+def steps_in_range(
+    steps: list[Part], lo: int, hi: int, by: By, ranking: bool = False
+) -> tuple[np.ndarray, np.ndarray, pa.Array, np.ndarray] | tuple[np.ndarray, np.ndarray, pa.Array, np.ndarray, Any]:
+    """Step, outcome, cell names and cell code of every step in [lo, hi], sorted by step; with
+    ``ranking``, also the rankings of those steps in long form (a DataFrame, ``RANKING_COLUMNS``)."""
     cols = ["step", "outcome"] + (["query_id"] if by == "query" else ["group"] if by == "group" else [])
+    cols += ["ranking"] if ranking else []
     tables = []
     for p in steps:
         if p.lo is not None and (p.hi < lo or p.lo > hi):
@@ -87,13 +95,25 @@ def steps_in_range(steps: list[Part], lo: int, hi: int, by: By) -> tuple[np.ndar
         names = pq.ParquetFile(p.file).schema_arrow.names
         tables.append(read_part(p.file, [c for c in cols if c in names], filters=[("step", ">=", lo), ("step", "<=", hi)]))
     if not tables:
-        return np.zeros(0, np.int64), np.zeros(0), EMPTY, np.zeros(0, np.int64)
+        empty = (np.zeros(0, np.int64), np.zeros(0), EMPTY, np.zeros(0, np.int64))
+        return (*empty, _no_rankings()) if ranking else empty
     t = pa.concat_tables(tables, promote_options="permissive")
     s = int64_values(t["step"])
     order = np.argsort(s, kind="stable")
     t = t.take(pa.array(order))
     names, cell = cell_codes(t, by)
-    return s[order], t["outcome"].to_numpy().astype(np.float64), names, cell
+    out = (s[order], t["outcome"].to_numpy().astype(np.float64), names, cell)
+    if not ranking:
+        return out
+    rk = t["ranking"] if "ranking" in t.column_names else None
+    if rk is None or not (pa.types.is_list(rk.type) or pa.types.is_large_list(rk.type)):
+        return (*out, _no_rankings())  # the steps part reports a missing or mistyped ranking
+    return (*out, arrow_list_to_long(rk, s[order]))
+
+
+def _no_rankings() -> pd.DataFrame:
+    return pd.DataFrame({"step": np.zeros(0, np.int64), "rank": np.zeros(0, np.int64),
+                         "memory_id": pd.arrays.ArrowStringArray(pa.chunked_array([EMPTY]))})
 
 
 def contexts_partial(
@@ -104,12 +124,12 @@ def contexts_partial(
     design: dict[str, Any] | None,
     design_file: str,
     life: Lifetimes | None,
-    pool: PoolTable | None = None,
+    pool: RoundPools | None = None,
 ) -> ContextsPartial:
     """Validate one contexts part (the ``index``-th) and sum its arms per (memory, cell); a part
     that breaks a rule contributes its error instead.
 
-    ``pool``: the design pool as arrays (built once for all parts).
+    ``pool``: every round's pool as one table (built once for all parts).
     """
     try:
         return _contexts_partial(file, steps, by, design, design_file, life, pool)
@@ -124,7 +144,7 @@ def _contexts_partial(
     design: dict[str, Any] | None,
     design_file: str,
     life: Lifetimes | None,
-    pool: PoolTable | None,
+    pool: RoundPools | None,
 ) -> ContextsPartial:
     table, rows = read_parquet_table([Path(file)], dictionary=("memory_id", "source"))
     n = table.num_rows
@@ -133,7 +153,11 @@ def _contexts_partial(
     check_columns(table, rows, CONTEXT_SPEC)
     step = int64_values(table["step"])
     lo, hi = int(step.min()), int(step.max())
-    sv, y_of, cell_names, cell_of = steps_in_range(steps, lo, hi, by)
+    window = is_window(design)
+    if window:
+        sv, y_of, cell_names, cell_of, rankings = steps_in_range(steps, lo, hi, by, ranking=True)
+    else:
+        sv, y_of, cell_names, cell_of = steps_in_range(steps, lo, hi, by)
 
     # the slot's position within its step, in row order, names the field in errors
     runs = validate.StepRuns.of(step)
@@ -143,6 +167,17 @@ def _contexts_partial(
     validate.check_contexts(frame, sv, design, design_file, rows, mem, src, runs, pool)
 
     stored = None if life is None else _check_lifetimes(frame, rows, life, mem, src, step)
+    arm = encode(frame["arm"])
+    if window:
+        # W_t from this part's slots and its steps' rankings (a step whose slots straddle two
+        # part files is checked per part, as the other per-step rules are)
+        store = Store(life.memory, life.created, life.deleted) if life is not None else Store(None, None, None)
+        table = window_table(
+            design, step, mem.dictionary.take(pa.array(mem.indices)), filled_before_window(frame, src, arm),
+            rankings["step"].to_numpy(np.int64), rankings["rank"].to_numpy(np.int64),
+            arrow_strings(rankings["memory_id"]), store,
+        )
+        check_window_slots(frame, table, rows, mem, arm)
     nc = max(len(cell_names), 1)
     if nc == 1:
         (y,) = row_outcomes(step, sv, y_of, runs=runs)
@@ -151,7 +186,7 @@ def _contexts_partial(
         y, cell_row = row_outcomes(step, sv, y_of, cell_of, runs=runs)
         key = mem.indices.astype(np.int64) * nc + cell_row
     size = len(mem.dictionary) * nc
-    arms = arm_sums(key, size, y, source_arm(src), stored, is_binary(y_of))
+    arms = arm_sums(key, size, y, slot_arm(src, arm), stored, is_binary(y_of))
     rows_n = arms["in_context_n"] if stored is None else np.bincount(key, minlength=size)
     hit = np.flatnonzero(rows_n)
     values = np.stack([arms[c][hit].astype(np.float64) for c in ARM_COLS] + [rows_n[hit].astype(np.float64)], axis=1)

@@ -73,8 +73,9 @@ import pyarrow as pa
 import xarray as xr
 
 from cmp_bayes.errors import ConfigError, LogError
-from cmp_bayes.log.design import PoolTable
+from cmp_bayes.log.design import union_pool
 from cmp_bayes.log.layout import log_checksum, read_design
+from cmp_bayes.log.pools import RoundPools
 from cmp_bayes.scale.contexts_map import (
     ContextsPartial,
     combine_contexts,
@@ -82,7 +83,13 @@ from cmp_bayes.scale.contexts_map import (
     empty_contexts,
 )
 from cmp_bayes.scale.parts import BLANK, Lifetimes, parts, read_lifetimes, remap, step_range
-from cmp_bayes.scale.steps_map import RankCounts, StepsPartial, combine_steps, steps_partial
+from cmp_bayes.scale.steps_map import (
+    RankCounts,
+    StepsPartial,
+    combine_steps,
+    first_short_ranking,
+    steps_partial,
+)
 from cmp_bayes.statistics.dataset import assemble_dataset, stats_arrays
 from cmp_bayes.statistics.groups import main_group
 from cmp_bayes.statistics.kernels import ARM_COLS, By, positions, sorted_unique, to_index
@@ -154,9 +161,10 @@ def dask_exposure_stats(path: str | Path, by: By = None, scheduler: object | Non
     d_life = dask.delayed(life, name=f"lifetimes-{run}", traverse=False) if life is not None else None
     d_steps = dask.delayed(step_parts, name=f"steps-parts-{run}", traverse=False)
     d_design = dask.delayed(design, name=f"design-{run}", traverse=False)
-    d_pool = dask.delayed(PoolTable.of((design or {}).get("pool", {}) or {}), name=f"pool-{run}", traverse=False)
+    d_pool = dask.delayed(RoundPools.of(design), name=f"pool-{run}", traverse=False)
     s_map = [
-        dask.delayed(steps_partial, pure=True)(i, str(f), by, d_life) for i, f in enumerate(step_files)
+        dask.delayed(steps_partial, pure=True)(i, str(f), by, d_life, d_design, design_file)
+        for i, f in enumerate(step_files)
     ]
     c_map = [
         dask.delayed(contexts_partial, pure=True)(i, str(f), d_steps, by, d_design, design_file, d_life, d_pool)
@@ -177,7 +185,15 @@ def dask_exposure_stats(path: str | Path, by: By = None, scheduler: object | Non
     _check_step_order(sp)
     if cp.error is not None:
         raise cp.error.error()
-    return _assemble(sp, cp, by, design, life, log_checksum(root))
+    ds = _assemble(sp, cp, by, design, life, log_checksum(root))
+    # a window design's rankings, as the reader checks them once the whole log is read: the
+    # store's size without a memories file is every memory the log names, known only now
+    if sp.window_error is not None:
+        raise sp.window_error.error()
+    short = first_short_ranking(sp.short, ds.sizes["memory"]) if life is None else None
+    if short is not None:
+        raise short
+    return ds
 
 
 def _check_step_order(sp: StepsPartial) -> None:
@@ -207,7 +223,7 @@ def _assemble(
     life: Lifetimes | None,
     checksum: str,
 ) -> xr.Dataset:
-    pool = (design or {}).get("pool", {}) or {}
+    pool = union_pool(design)
     # memory index: the memories file, else every memory named anywhere (as ExposureLog.memory_ids)
     if life is not None:
         memory_arr = life.memory

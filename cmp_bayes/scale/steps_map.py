@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -28,6 +29,8 @@ from cmp_bayes.log.columns import (
     read_parquet_table,
     steps_frame,
 )
+from cmp_bayes.log.design import is_window
+from cmp_bayes.log.window import Store, check_window_rankings, window_needs
 from cmp_bayes.scale.parts import EMPTY, Lifetimes, PartError, cell_codes, first_error, remap
 from cmp_bayes.statistics.kernels import By, arrow_strings, in_store_sums, is_binary, positions
 
@@ -52,6 +55,24 @@ class StepsPartial:
     query_group: pa.Array | None = None
     ranks: RankCounts | None = None
     error: PartError | None = None  # the first part (in file order) that broke a rule
+    # window designs: the first part whose rankings break the design's rules (raised after the
+    # contexts' errors, as the reader checks them last), and without a memories file the
+    # rankings shorter than the window needs, as candidates (see first_short_ranking)
+    window_error: PartError | None = None
+    short: list[ShortRanking] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ShortRanking:
+    """A step whose ranking is shorter than a window design needs: an error when the store
+    (every memory the log names, counted only after the reduce) holds more memories."""
+
+    part: int
+    file: str
+    row: int
+    step: int
+    length: int
+    need: int
 
 
 @dataclass
@@ -66,21 +87,32 @@ class RankCounts:
     count: np.ndarray
 
 
-def steps_partial(index: int, file: str, by: By, life: Lifetimes | None) -> StepsPartial:
+def steps_partial(
+    index: int,
+    file: str,
+    by: By,
+    life: Lifetimes | None,
+    design: dict[str, Any] | None = None,
+    design_file: str = "design.json",
+) -> StepsPartial:
     """Validate one steps part and return its contribution (see module docstring); a part
     that breaks a rule contributes its error instead."""
     try:
-        return _steps_partial(index, file, by, life)
+        out = _steps_partial(index, file, by, life, design, design_file)
     except LogError as err:
         return StepsPartial(meta=[(index, file, 0, 0, 0)], error=PartError.of(index, err))
+    return out
 
 
-def _steps_partial(index: int, file: str, by: By, life: Lifetimes | None) -> StepsPartial:
+def _steps_partial(
+    index: int, file: str, by: By, life: Lifetimes | None, design: dict[str, Any] | None, design_file: str
+) -> StepsPartial:
     table, rows = read_parquet_table([Path(file)])
     n = table.num_rows
     check_columns(table, rows, STEP_SPEC)
     steps = steps_frame(table)
     validate.check_steps(steps, rows)
+    validate.check_step_rounds(steps, design, design_file, rows)
     sv = steps["step"].to_numpy(np.int64)
     y = steps["outcome"].to_numpy(np.float64)
     names, cell = cell_codes(table, by)
@@ -102,7 +134,62 @@ def _steps_partial(index: int, file: str, by: By, life: Lifetimes | None) -> Ste
         out.query_first = sv[first]
         out.query_group = arrow_strings(steps["group"]).take(pa.array(first)).fill_null("")
     out.ranks = _rank_counts(table, names, cell, rows)
+    if is_window(design):
+        try:
+            out.short = _window_rankings(index, file, table, steps, design, life, rows)
+        except LogError as err:
+            out.window_error = PartError.of(index, err)
     return out
+
+
+def _window_rankings(
+    index: int,
+    file: str,
+    table: pa.Table,
+    steps: Any,
+    design: dict[str, Any],
+    life: Lifetimes | None,
+    rows: validate.Rows,
+) -> list[ShortRanking]:
+    """A window design's ranking rules on one part: with a memories file checked here; without
+    one, the steps whose ranking is shorter than the window needs, each shorter than every
+    one before it in the part (the first of them the store outgrows is the first error)."""
+    n = table.num_rows
+    has = np.zeros(n, dtype=bool)
+    length = np.zeros(n, dtype=np.int64)
+    if "ranking" in table.column_names and pat.is_list(table["ranking"].type) | pat.is_large_list(table["ranking"].type):
+        rk = table["ranking"].combine_chunks()
+        has = ~rk.is_null().to_numpy(zero_copy_only=False)
+        length = pc.list_value_length(rk).fill_null(0).to_numpy().astype(np.int64)
+    sv = steps["step"].to_numpy(np.int64)
+    store = Store(life.memory, life.created, life.deleted) if life is not None else None
+    if store is not None:
+        check_window_rankings(steps, has, np.repeat(sv, length), design, store, rows)
+        return []
+    check_window_rankings(steps, has, np.zeros(0, np.int64), design, Store(None, None, None, 0), rows)
+    _, need = window_needs(design)
+    short = np.flatnonzero(length < need)
+    if len(short) == 0:
+        return []
+    lens = length[short]
+    prev = np.minimum.accumulate(np.r_[need, lens[:-1]])
+    keep = short[lens < prev]
+    return [ShortRanking(index, file, int(r), int(sv[r]), int(length[r]), need) for r in keep]
+
+
+def first_short_ranking(short: list[ShortRanking], store_size: int) -> LogError | None:
+    """The error of the first step (by part, then row) whose ranking is shorter than its window
+    design needs while the store (``store_size`` memories, no memories file) holds more."""
+    bad = sorted((s for s in short if store_size > s.length), key=lambda s: (s.part, s.row))
+    if not bad:
+        return None
+    s = bad[0]
+    return LogError(
+        s.file,
+        f"the ranking lists {s.length} memories; a window design needs ranks 0..{s.need - 1} "
+        f"(slots - exposure_slots + window) or every memory in the store ({store_size} at step {s.step})",
+        row=s.row, field="ranking",
+    )
 
 
 def _rank_counts(table: pa.Table, cells: pa.Array, cell: np.ndarray, rows: validate.Rows) -> RankCounts | None:
@@ -190,4 +277,6 @@ def combine_steps(*partials: StepsPartial) -> StepsPartial:
         out.query_first = first[keep]
         out.query_group = group.take(pa.array(keep))
     out.ranks = combine_ranks(*(p.ranks for p in partials))
+    out.window_error = first_error([p.window_error for p in partials])
+    out.short = [s for p in partials for s in p.short]
     return out

@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 
 from cmp_bayes.constants import EXPOSURE, RETRIEVER
 from cmp_bayes.log.codes import arrow_column
-from cmp_bayes.log.validate import StepRuns
+from cmp_bayes.log.validate import WINDOW_ARM, StepRuns
 
 #: the second dimension of the statistics: none, queries or query groups
 By = Literal["query", "group"] | None
@@ -165,6 +165,16 @@ def source_arm(source) -> np.ndarray:
         if code >= 0:
             table[code] = arm
     return source.lookup(table, 2)
+
+
+def slot_arm(source, arm=None) -> np.ndarray:
+    """:func:`source_arm`, with window slots (``arm: "window"``, codes ``arm``) counted in no
+    arm: they are in the context (so not control) but not in the memory's ``exposed`` arm,
+    whose contrast is the pool arm's (a window slot's propensity is its step's, not the pool's)."""
+    out = source_arm(source)
+    if arm is not None and len(arm.dictionary):
+        out[arm.indices == arm.code_of(WINDOW_ARM)] = 2
+    return out
 
 
 def arm_sums(

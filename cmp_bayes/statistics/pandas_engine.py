@@ -25,6 +25,7 @@ import pyarrow as pa
 import xarray as xr
 
 from cmp_bayes.log.codes import encode
+from cmp_bayes.log.design import union_pool
 from cmp_bayes.log.schema import ExposureLog
 from cmp_bayes.statistics.dataset import assemble_dataset, stats_arrays
 from cmp_bayes.statistics.kernels import (
@@ -37,8 +38,8 @@ from cmp_bayes.statistics.kernels import (
     is_binary,
     positions,
     row_outcomes,
+    slot_arm,
     sorted_unique,
-    source_arm,
     to_index,
 )
 
@@ -65,7 +66,7 @@ def pandas_exposure_stats(log: ExposureLog, by: By = None) -> xr.Dataset:
     ctx_step = ctx["step"].to_numpy(np.int64)
     per_step = [outcome] if cells is None else [outcome, cell_of_step]
     y, *cell_row = row_outcomes(ctx_step, step_vals, *per_step)
-    arm = source_arm(src)
+    arm = slot_arm(src, encode(ctx["arm"]) if "arm" in ctx.columns else None)
     n_entries = len(mem.dictionary)
 
     has_lifetimes = log.memories is not None
@@ -131,7 +132,7 @@ def pandas_exposure_stats(log: ExposureLog, by: By = None) -> xr.Dataset:
         memory,
         cells,
         by,
-        pool=(log.design or {}).get("pool", {}) or {},
+        pool=union_pool(log.design),
         query_group=query_group,
         query_steps=query_steps,
         attrs={
@@ -177,7 +178,7 @@ def _memory_index(log: ExposureLog, context_ids: pa.Array) -> pa.Array | None:
         if r.has_null():
             return None
         parts.append(r.dictionary)
-    pool = (log.design or {}).get("pool", {}) or {}
+    pool = union_pool(log.design)
     if pool:
         parts.append(pa.array(list(pool), pa.large_string()))
     return sorted_unique(*parts)
