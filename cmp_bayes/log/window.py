@@ -296,7 +296,7 @@ def check_window_slots(
         mask[win[i]] = True
         fail_at(contexts, mask, rows, "context[{slot}].propensity",
                 f"window slot propensity {{propensity}} differs from (exposure_slots - pool_slots) / |W_t| "
-                f"= {want[i]!r} at step {{step}}", ids)
+                f"= {float(want[i])!r} at step {{step}}", ids)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ partials in any number and order.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +72,9 @@ class ContextsPartial:
     cell_idx: np.ndarray
     values: np.ndarray  # (K, len(ARM_COLS) + 1) float64
     error: PartError | None = None  # the first part (in file order) that broke a rule
+    # a window slot outside its W_t or with the wrong propensity: reported after the window
+    # design's ranking rules (the reader's order), so carried apart from ``error``
+    window_error: PartError | None = None
 
 
 def empty_contexts(error: PartError | None = None) -> ContextsPartial:
@@ -132,12 +135,13 @@ def contexts_partial(
     ``pool``: every round's pool as one table (built once for all parts).
     """
     try:
-        return _contexts_partial(file, steps, by, design, design_file, life, pool)
+        return _contexts_partial(index, file, steps, by, design, design_file, life, pool)
     except LogError as err:
         return empty_contexts(PartError.of(index, err))
 
 
 def _contexts_partial(
+    index: int,
     file: str,
     steps: list[Part],
     by: By,
@@ -161,13 +165,14 @@ def _contexts_partial(
 
     # the slot's position within its step, in row order, names the field in errors
     runs = validate.StepRuns.of(step)
-    cols = table_columns(table, ("memory_id", "source", "rank", "propensity"))
+    cols = table_columns(table, ("memory_id", "source", "rank", "propensity", "arm"))
     del table
     frame, mem, src = contexts_frame(cols, step, runs, strings=False)
     validate.check_contexts(frame, sv, design, design_file, rows, mem, src, runs, pool)
 
     stored = None if life is None else _check_lifetimes(frame, rows, life, mem, src, step)
     arm = encode(frame["arm"])
+    window_error = None
     if window:
         # W_t from this part's slots and its steps' rankings (a step whose slots straddle two
         # part files is checked per part, as the other per-step rules are)
@@ -177,7 +182,10 @@ def _contexts_partial(
             rankings["step"].to_numpy(np.int64), rankings["rank"].to_numpy(np.int64),
             arrow_strings(rankings["memory_id"]), store,
         )
-        check_window_slots(frame, table, rows, mem, arm)
+        try:
+            check_window_slots(frame, table, rows, mem, arm)
+        except LogError as err:
+            window_error = PartError.of(index, err)
     nc = max(len(cell_names), 1)
     if nc == 1:
         (y,) = row_outcomes(step, sv, y_of, runs=runs)
@@ -190,7 +198,7 @@ def _contexts_partial(
     rows_n = arms["in_context_n"] if stored is None else np.bincount(key, minlength=size)
     hit = np.flatnonzero(rows_n)
     values = np.stack([arms[c][hit].astype(np.float64) for c in ARM_COLS] + [rows_n[hit].astype(np.float64)], axis=1)
-    return ContextsPartial(mem.dictionary, cell_names, hit // nc, hit % nc, values)
+    return ContextsPartial(mem.dictionary, cell_names, hit // nc, hit % nc, values, window_error=window_error)
 
 
 def _check_lifetimes(
@@ -218,9 +226,11 @@ def combine_contexts(*partials: ContextsPartial) -> ContextsPartial:
     error = first_error([p.error for p in partials])
     if error is not None:
         return empty_contexts(error)
+    window_error = first_error([p.window_error for p in partials])
     ps = [p for p in partials if len(p.mem_idx)]
     if len(ps) <= 1:
-        return ps[0] if ps else partials[0]
+        out = ps[0] if ps else partials[0]
+        return out if out.window_error is window_error else replace(out, window_error=window_error)
     memory = pc.unique(pa.concat_arrays([p.memory for p in ps]))
     cells = pc.unique(pa.concat_arrays([p.cells for p in ps]))
     mi = np.concatenate([remap(p.memory, memory, p.mem_idx) for p in ps])
@@ -229,4 +239,4 @@ def combine_contexts(*partials: ContextsPartial) -> ContextsPartial:
     vals = np.concatenate([p.values for p in ps])
     summed = np.stack([np.bincount(inv, weights=vals[:, j], minlength=len(uniq)) for j in range(vals.shape[1])], axis=1)
     nc = max(len(cells), 1)
-    return ContextsPartial(memory, cells, uniq // nc, uniq % nc, summed)
+    return ContextsPartial(memory, cells, uniq // nc, uniq % nc, summed, window_error=window_error)

@@ -193,6 +193,8 @@ def dask_exposure_stats(path: str | Path, by: By = None, scheduler: object | Non
     short = first_short_ranking(sp.short, ds.sizes["memory"]) if life is None else None
     if short is not None:
         raise short
+    if cp.window_error is not None:
+        raise cp.window_error.error()
     return ds
 
 
