@@ -26,8 +26,9 @@ import pyarrow.compute as pc
 from cmp_bayes.constants import EXPOSURE, RETRIEVER
 from cmp_bayes.log.codes import Codes, arrow_column, encode
 from cmp_bayes.log.design import is_window, union_pool
+from cmp_bayes.log.rows import Rows, fail_at
 from cmp_bayes.log.schema import ExposureLog
-from cmp_bayes.log.validate import PROPENSITY_RTOL, WINDOW_ARM, Rows, fail_at
+from cmp_bayes.log.validate import PROPENSITY_RTOL, WINDOW_ARM
 
 #: the columns of :func:`window_sets`
 WINDOW_COLUMNS: dict[str, str] = {"step": "int64", "memory_id": "string", "propensity": "float64"}
