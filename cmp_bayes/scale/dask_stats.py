@@ -55,11 +55,16 @@ exposure without propensity, against ``design.json``), exposure slots beyond
 ``design.exposure_slots`` and a memory twice in one step's context (both within
 a part: a step whose slots straddle two part files is checked per part), slots
 naming a step that does not exist, memories outside the memories file or their
-lifetime. Errors name the part file and the 0-based row within it. Map tasks
+lifetime; designs in rounds (a step in no round, each slot against its round's
+pool) and window designs (``arm`` on every exposure slot, pool and window slots
+per step, every step's ranking long enough, each window slot in its step's
+``W_t`` with the window propensity: ``W_t`` from the part's own slots and the
+rankings of its steps). Errors name the part file and the 0-based row within it. Map tasks
 return their first violation as data rather than raising it, so the error
 reported does not depend on which task ran first: as in the pandas reader, a
 steps rule before a contexts rule, and within each the first part file in name
-order (each part's own rules in the reader's order).
+order (each part's own rules in the reader's order); a window design's ranking
+rules, then its window slots, come after every other rule, as in the reader.
 """
 
 from __future__ import annotations
