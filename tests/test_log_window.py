@@ -358,3 +358,21 @@ def test_parquet_window_rejections_name_part_row_field(tmp_path, parts, name, en
         row = slot_row(steps, step, int(field.split("[")[1].split("]")[0]))
     assert (Path(e.file).parent.name, Path(e.file).name, e.row, e.field) == (
         table, f"part-{part:03d}.parquet", row, field), str(e)
+
+
+@pytest.mark.parametrize("engine", ["pandas", "dask"])
+def test_parquet_arm_column_of_wrong_type_rejected(tmp_path, parts, engine):
+    if engine == "dask":
+        pytest.importorskip("dask")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    design, steps, memories = parts
+    root = write_parquet(tmp_path / "log", design, steps, memories)
+    for f in sorted((root / "contexts").iterdir()):  # every part, so the parts' schemas still agree
+        t = pq.read_table(f)
+        pq.write_table(t.set_column(t.schema.get_field_index("arm"), "arm", pa.array(np.ones(t.num_rows, np.int64))), f)
+    with pytest.raises(LogError) as exc:
+        read_log(root) if engine == "pandas" else exposure_stats(root, engine="dask", scheduler="synchronous")
+    e = exc.value
+    assert (Path(e.file).name, e.field) == ("part-000.parquet", "arm") and "string" in e.message, str(e)
