@@ -20,6 +20,7 @@ from cmp_bayes.atomic import atomic_path
 from cmp_bayes.errors import LogError, TornLineWarning
 from cmp_bayes.log import live_state as ls
 from cmp_bayes.log.append import LogWriter
+from cmp_bayes.log.layout import log_checksum
 from cmp_bayes.log.read import read_log
 
 DESIGN = {"slots": 3, "exposure_slots": 1, "assignment": "balanced", "steps": 100, "seed": 0,
@@ -223,6 +224,10 @@ def test_cancel_writes_its_reason_and_unblocks_later_steps(tmp_path: Path) -> No
     w.close()
     log = read_log(tmp_path)  # live_state.json and cancelled.jsonl are not part of the log
     assert log.steps["step"].tolist() == [1]
+    checksum = log_checksum(tmp_path)
+    (tmp_path / "live_state.json").unlink()
+    (tmp_path / "cancelled.jsonl").unlink()
+    assert log_checksum(tmp_path) == checksum
 
 
 def test_expire_after_steps(tmp_path: Path) -> None:
@@ -352,6 +357,12 @@ def test_rounds_design_checks_the_pool_of_the_steps_round(tmp_path: Path) -> Non
     w.close()
     with pytest.raises(LogError, match="design.json"):
         w.write_design({**ROUNDS, "pool": {"m1": 0.5}})  # rounds beside a top-level pool
+    # an open-ended design before its first round is laid out
+    w = LogWriter(tmp_path / "empty", design={**ROUNDS, "rounds": []})
+    with pytest.raises(LogError, match=r"field 'step'.*falls in no round of design.json \(it has none yet\)"):
+        w.begin("q", [{"memory_id": "m0", "source": "retriever", "rank": 0}])
+    assert w.pending == [] and w.next_step == 0
+    w.close()
 
 
 WINDOW = {"slots": 4, "exposure_slots": 2, "assignment": "window", "window": 3, "pool_slots": 1,
@@ -432,6 +443,7 @@ def test_arm_outside_window_designs(tmp_path: Path) -> None:
 _CHILD = """
 import os, random, sys
 from cmp_bayes.log.append import LogWriter
+from cmp_bayes.log.layout import log_checksum
 path, seed, ack_path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 design = {"slots": 3, "exposure_slots": 1, "assignment": "balanced", "steps": 100000, "seed": 0,
           "pool": {"m1": 0.5, "m2": 0.5}}

@@ -44,12 +44,14 @@ def check_step(rec: dict[str, Any], design: dict[str, Any] | None, book: MemoryB
     step = int(rec["step"])
     r = -1
     if design is not None:
-        r = int(round_index(design, np.array([step]))[0])
+        # design.round_index fails on a rounds design with no round yet: none holds the step
+        r = int(round_index(design, np.array([step]))[0]) if design_rounds(design) else -1
         if r < 0:
-            last = design_rounds(design)[-1]
+            rounds = design_rounds(design)
+            where = f"the last one ends before step {rounds[-1].stop}" if rounds else "it has none yet"
             raise LogError(
                 file,
-                f"step {step} falls in no round of design.json (the last one ends before step {last.stop}); "
+                f"step {step} falls in no round of design.json ({where}); "
                 "append the next round (write_design) before logging its steps",
                 field="step",
             )
