@@ -98,6 +98,8 @@ def round_index(design: dict[str, Any], steps: np.ndarray) -> np.ndarray:
     if "rounds" not in design:
         return np.zeros(len(steps), dtype=np.int64)
     rounds = design_rounds(design)
+    if not rounds:  # laid out in rounds, none yet: every step falls in none
+        return np.full(len(steps), -1, dtype=np.int64)
     starts = np.array([r.start for r in rounds], dtype=np.int64)
     stops = np.array([r.stop for r in rounds], dtype=np.int64)
     i = np.searchsorted(starts, steps, side="right") - 1
