@@ -167,3 +167,14 @@ def test_end_positions_put_exposures_last() -> None:
             assert [c["source"] for c in ctx] == ["retriever"] * 3 + ["exposure"] * 2
     with pytest.raises(ConfigError):
         ExposureScheduler(5, 2, _ids(6), 10, positions="middle")
+
+
+def test_all_slots_exposure_slots_leave_no_retriever_slot() -> None:
+    # k == B: the context holds k exposure slots and nothing from the ranking
+    # (the scheduler before the window designs put the whole ranking in front of them)
+    s = ExposureScheduler(2, 2, _ids(4), 10, seed=0)
+    for t in range(10):
+        ctx = s.context(t, ["x", "y", "z"])
+        assert [c["source"] for c in ctx] == ["exposure", "exposure"]
+    w = ExposureScheduler(3, 3, [], 5, "window", seed=0, window=2)
+    assert [c["memory_id"] for c in w.context(0, ["a", "b", "c"])] == ["a", "b"]

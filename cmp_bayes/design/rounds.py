@@ -98,10 +98,14 @@ class RoundBook:
             acc = self.plan.accounts() if self.plan is not None else EMPTY_ACCOUNTS
         return {k: dict(v) for k, v in acc.items()}
 
+    def design_rounds(self) -> list[dict[str, Any]]:
+        """The rounds as ``design.json`` writes them (copies)."""
+        return [{**r, "pool": dict(r["pool"])} for r in self.rounds]
+
     def state(self) -> dict[str, Any]:
         """JSON-serialisable snapshot (the current plan whole, earlier rounds as accounts)."""
         return {
-            "rounds": [{**r, "pool": dict(r["pool"])} for r in self.rounds],
+            "rounds": self.design_rounds(),
             "accounts": self._accounts,
             "plan": self.plan.state() if self.plan is not None else None,
             "finished": self.finished,

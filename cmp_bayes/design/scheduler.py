@@ -284,7 +284,7 @@ class ExposureScheduler:
         if self.assignment == "window":
             out["window"] = self.window
             out["pool_slots"] = self.pool_slots
-        rounds = self._book.state()["rounds"]
+        rounds = self._book.design_rounds()
         if self.steps is not None:
             out.update({"steps": self.steps, "seed": self.seed, "pool": rounds[0]["pool"]})
         else:
