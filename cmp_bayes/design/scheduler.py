@@ -118,6 +118,7 @@ from cmp_bayes.errors import ConfigError
 Assignment = Literal["balanced", "bernoulli", "window"]
 Positions = Literal["end", "random"]
 
+
 class ExposureShortfallWarning(UserWarning):
     """Some planned exposures could not be delivered (deferred past a memory's last step)."""
 
