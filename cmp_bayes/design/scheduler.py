@@ -1,7 +1,7 @@
-"""The CMP exposure scheduler: which pool memory fills each exposure slot.
+"""The CMP exposure scheduler: which memory fills each exposure slot, with its exact propensity.
 
 Of the ``B`` context slots the top ``B - k`` come from the retriever and ``k``
-hold pool memories dealt by the design. Two assignments:
+are exposure slots. Assignments:
 
 ``balanced`` (the paper's design)
     Each pool memory ``m`` gets a fixed number ``n_m`` of exposures, dealt in
@@ -50,6 +50,50 @@ hold pool memories dealt by the design. Two assignments:
     warned about when it exceeds 1% of the steps. The default rate
     ``p = min(1, k / (2 * mean alive pool size))`` fills about half the
     exposure slots on average so the cap rarely binds.
+
+``window`` (the spec's "Targeted exposure: window designs")
+    The first ``j = pool_slots`` exposure slots of every step are dealt over
+    the pool exactly as under ``balanced`` (with ``j`` slots per step); the
+    other ``k - j`` are drawn uniformly without replacement from the step's
+    window ``W_t`` (ranks ``B - k .. B - k + W - 1`` of the step's full
+    ranking, in the store, not already in the context), each with propensity
+    ``min(1, (k - j) / |W_t|)`` (:mod:`cmp_bayes.design.window`). Every
+    exposure slot carries ``"arm": "pool"`` or ``"arm": "window"``; the caller
+    must log the very ranking it passed, since a reader recomputes ``W_t`` from it.
+
+Open-ended designs (``steps=None``, ``round_steps=R``; the spec's rounds)
+    Round ``r`` covers steps ``[r*R, (r+1)*R)`` and is laid out when
+    :meth:`~ExposureScheduler.context` first reaches it, as a balanced design
+    of its own (seed ``seed + r``) over the memories in the store at that
+    moment: the ``store`` passed to that call when given, else the pool as
+    changed by :meth:`~ExposureScheduler.add_memory` /
+    :meth:`~ExposureScheduler.remove_memory`. Each memory gets floor or ceil
+    of ``R*k/|pool_r|`` exposures and propensity ``n_m / R``. A memory added
+    mid-round joins the next round. A memory removed mid-round has its
+    remaining exposures *withdrawn* (counted in
+    :attr:`~ExposureScheduler.withdrawn`, no warning) while its logged
+    propensity stays ``n_m / R``: the round's deck is a uniformly random
+    order of its exposures, so at every step before the removal the
+    probability that the memory is exposed was still ``n_m / R``; the steps
+    after it are not in the store, where no propensity is claimed. Entries
+    still deferred when a round ends are that round's shortfall (warned).
+    :attr:`~ExposureScheduler.design_version` moves with every new round, so
+    the caller rewrites ``design.json`` before logging that step.
+
+Slot positions (``positions``)
+    ``"end"``: exposure slots follow the retriever slots. ``"random"``: they
+    take uniformly random positions in the context (drawn from the
+    scheduler's generator, so they are part of its state) and the retriever
+    slots keep their order in the others. Readers weigh positions unequally;
+    with ``"end"`` an agent that reads only its top results is never affected
+    by an exposure, and a memory's measured effect is the effect of being
+    read last. The position logged is the slot's index in the context array.
+
+State (:meth:`~ExposureScheduler.state` / :meth:`~ExposureScheduler.from_state`)
+    Everything a scheduler needs to continue exactly (its place in the
+    round's queue, the deferred entries, the generator) as one JSON object,
+    so a live system that saves it with each step continues after a crash
+    with the same contexts it would have given.
 """
 
 from __future__ import annotations
@@ -61,10 +105,18 @@ from typing import Any, Literal
 import numpy as np
 
 from cmp_bayes.constants import EXPOSURE, RETRIEVER
-from cmp_bayes.design.balance import alive_counts, balanced_counts, plan_slots, repair
+from cmp_bayes.design.balance import alive_counts
+from cmp_bayes.design.batch import deal_balanced, deal_bernoulli
+from cmp_bayes.design.config import DesignConfig
+from cmp_bayes.design.deck import BalancedDeck, BernoulliRound
+from cmp_bayes.design.rounds import RoundBook, lay_out_round
+from cmp_bayes.design.state import restore_scheduler, scheduler_state
+from cmp_bayes.design.store import Membership
+from cmp_bayes.design.window import draw_window, place, window_members
 from cmp_bayes.errors import ConfigError
 
-Assignment = Literal["balanced", "bernoulli"]
+Assignment = Literal["balanced", "bernoulli", "window"]
+Positions = Literal["end", "random"]
 
 
 class ExposureShortfallWarning(UserWarning):
@@ -72,7 +124,7 @@ class ExposureShortfallWarning(UserWarning):
 
 
 class ExposureScheduler:
-    """Deal the ``k`` exposure slots of ``steps`` contexts over a pool of memories.
+    """Deal the ``k`` exposure slots of each context (module docstring for the designs).
 
     Parameters
     ----------
@@ -81,19 +133,39 @@ class ExposureScheduler:
     exposure_slots : int
         ``k`` (``0 <= k <= B``), slots reserved for randomized exposure.
     pool : sequence of str
-        The exposure pool (memory ids, unique).
-    steps : int
-        ``T``, the number of steps the design is laid out for.
-    assignment : {"balanced", "bernoulli"}
+        The exposure pool (memory ids, unique); in an open-ended design, the
+        store at the start (changed later by ``add_memory`` / ``remove_memory``).
+    steps : int or None
+        ``T`` of a fixed design; ``None``: open-ended, in rounds of ``round_steps``.
+    assignment : {"balanced", "bernoulli", "window"}
         See the module docstring.
     seed : int
-        Seed of the assignment.
+        Seed of the assignment (round ``r`` of an open-ended design: ``seed + r``).
     lifetimes : mapping of str to (int, int or None), optional
-        ``memory_id -> (created_step, deleted_step)`` for pool memories that
-        are not in the store at every step (``deleted_step`` ``None`` = never).
-        Missing ids are in the store throughout.
+        ``memory_id -> (created_step, deleted_step)`` for pool memories not in
+        the store at every step (``None`` = never deleted); missing ids are in
+        it throughout. Open-ended designs: ``add_memory`` / ``remove_memory`` at those steps.
     bernoulli_rate : float, optional
         Per-step inclusion probability under ``bernoulli`` (default above).
+    round_steps : int, optional
+        ``R``, the length of each round of an open-ended design.
+    window : int, optional
+        ``W >= 1`` for ``assignment="window"``.
+    pool_slots : int
+        ``j``, ``0 <= j <= k``: a window design's exposure slots per step dealt over the pool.
+    positions : {"end", "random"}
+        Where the exposure slots go in the context.
+
+    Attributes
+    ----------
+    shortfall, withdrawn : dict of str to int
+        Planned exposures not delivered / withdrawn by a removal, over all rounds.
+    capped_steps : int
+        Bernoulli: steps where the ``k``-slot cap bound.
+    counts, propensity : numpy.ndarray, shape (pool,)
+        Fixed designs: ``n_m`` (``None`` under bernoulli) and each pool
+        memory's per-step propensity; ``None`` in open-ended designs (see
+        :meth:`planned` and :meth:`design`).
     """
 
     def __init__(
@@ -101,91 +173,206 @@ class ExposureScheduler:
         slots: int,
         exposure_slots: int,
         pool: Sequence[str],
-        steps: int,
+        steps: int | None,
         assignment: Assignment = "balanced",
         seed: int = 0,
         *,
         lifetimes: Mapping[str, tuple[int, int | None]] | None = None,
         bernoulli_rate: float | None = None,
+        round_steps: int | None = None,
+        window: int | None = None,
+        pool_slots: int = 0,
+        positions: Positions = "end",
     ) -> None:
-        if not (isinstance(slots, int | np.integer) and slots >= 1):
-            raise ConfigError(f"slots must be a positive integer, got {slots!r}")
-        if not (0 <= exposure_slots <= slots):
-            raise ConfigError(f"exposure_slots must be in [0, slots={slots}], got {exposure_slots!r}")
-        if steps < 1:
-            raise ConfigError(f"steps must be >= 1, got {steps!r}")
-        if assignment not in ("balanced", "bernoulli"):
-            raise ConfigError(f"assignment must be 'balanced' or 'bernoulli', got {assignment!r}")
+        self._configure(
+            DesignConfig(
+                slots, exposure_slots, steps, assignment, seed, bernoulli_rate, round_steps, window, pool_slots,
+                positions,
+            )
+        )
         pool = [str(m) for m in pool]
         if len(set(pool)) != len(pool):
             raise ConfigError("pool memory ids must be unique")
-        if exposure_slots > 0 and not pool:
+        if self.steps is not None and self._k_pool > 0 and not pool:
             raise ConfigError("exposure_slots > 0 needs a non-empty pool")
-        self.slots = int(slots)
-        self.exposure_slots = int(exposure_slots)
-        self.steps = int(steps)
-        self.assignment: Assignment = assignment
-        self.seed = int(seed)
         self.pool: list[str] = pool
-        self._index = {m: i for i, m in enumerate(pool)}
-        p = len(pool)
+        self.shortfall: dict[str, int] = {}
+        self.withdrawn: dict[str, int] = {}
+        self.capped_steps = 0
+        self._next_step = 0
+        self._store = Membership()
+        self._book = RoundBook()
+        if self.steps is None:
+            self._start_open(lifetimes or {})
+        else:
+            self._start_fixed(lifetimes or {})
+
+    def _configure(self, config: DesignConfig) -> None:
+        self.config = config
+        self.slots, self.exposure_slots, self.steps = config.slots, config.exposure_slots, config.steps
+        self.round_steps, self.seed = config.round_steps, config.seed
+        self.assignment: Assignment = config.assignment  # type: ignore[assignment]
+        self.bernoulli_rate, self.window, self.pool_slots = config.bernoulli_rate, config.window, config.pool_slots
+        self.positions: Positions = config.positions  # type: ignore[assignment]
+        self._k_pool = config.pool_k
+
+    def _start_fixed(self, lifetimes: Mapping[str, tuple[int, int | None]]) -> None:
+        steps = int(self.steps or 0)
+        index = {m: i for i, m in enumerate(self.pool)}
+        p = len(self.pool)
         created = np.zeros(p, dtype=np.int64)
-        deleted = np.full(p, self.steps, dtype=np.int64)
-        for m, (c, d) in (lifetimes or {}).items():
-            if m in self._index:
-                i = self._index[m]
+        deleted = np.full(p, steps, dtype=np.int64)
+        for m, (c, d) in lifetimes.items():
+            if m in index:
+                i = index[m]
                 created[i] = max(0, int(c))
-                deleted[i] = self.steps if d is None else min(self.steps, int(d))
+                deleted[i] = steps if d is None else min(steps, int(d))
         self.created, self.deleted = created, deleted
         #: T_m: design steps at which each pool memory is in the store
         self.in_store_steps = np.maximum(deleted - created, 0)
+        for i, m in enumerate(self.pool):
+            self._store.life[m] = [int(created[i]), None if deleted[i] >= steps else int(deleted[i])]
         self._rng = np.random.default_rng(self.seed)
-        self.shortfall: dict[str, int] = {}
-        self.capped_steps = 0
-        self._next_step = 0
-        self._last_step = -1
-        if assignment == "balanced":
-            self.counts = balanced_counts(
-                created, deleted, self.steps, self.exposure_slots, self._rng
-            )
-            prop = np.where(self.in_store_steps > 0, self.counts / np.maximum(self.in_store_steps, 1), 0.0)
-            self.tok_mem, self.tok_step = plan_slots(
-                self.counts, created, deleted, self.steps, self.exposure_slots, self._rng
-            )
-            lost = repair(self.tok_mem, self.tok_step, created, deleted, blocked=None)
-            if lost:
-                self._report_lost(lost)
-            self._consumed = self.tok_mem < 0
-            self._head = 0
-        else:
-            alive = alive_counts(created, deleted, self.steps)
+        plan: BalancedDeck | BernoulliRound | None = None
+        if self.assignment == "bernoulli":
+            alive = alive_counts(created, deleted, steps)
             mean_alive = max(1.0, float(alive.mean()))
-            rate = min(1.0, self.exposure_slots / (2.0 * mean_alive)) if bernoulli_rate is None else float(bernoulli_rate)
-            if not (0.0 < rate <= 1.0):
-                raise ConfigError(f"bernoulli_rate must be in (0, 1], got {rate!r}")
+            rate = (
+                min(1.0, self.exposure_slots / (2.0 * mean_alive)) if self.bernoulli_rate is None else self.bernoulli_rate
+            )
             prop = np.full(p, rate)
-            self.counts = None
-        self.propensity: np.ndarray = prop
+            self.counts: np.ndarray | None = None
+            plan = BernoulliRound(self.pool, 0, steps, created, deleted, prop)
+        elif self._k_pool > 0:
+            plan, lost = BalancedDeck.lay_out(self.pool, 0, steps, self._k_pool, self._rng, created, deleted)
+            if lost:
+                self._report_lost(lost, self.pool)
+            self.counts, prop = plan.counts, plan.propensity
+        else:  # a window design without pool slots
+            self.counts, prop = np.zeros(p, dtype=np.int64), np.zeros(p)
+        self.propensity: np.ndarray | None = prop
+        pool = {m: float(prop[i]) for i, m in enumerate(self.pool) if prop[i] > 0}
+        self._book.open(0, steps, self.seed, plan, pool)
+
+    def _start_open(self, lifetimes: Mapping[str, tuple[int, int | None]]) -> None:
+        self.counts = self.propensity = None
+        for m in self.pool:
+            self._store.add(m, 0)
+        for m, (c, d) in lifetimes.items():
+            self._store.life[str(m)] = [max(0, int(c)), None]
+            if d is not None:
+                self._store.remove(str(m), int(d))
+        # round layouts draw from their own seeds (seed + r); the per-step draws
+        # (Bernoulli, window slots, positions) from a stream independent of them
+        self._rng = np.random.default_rng([self.seed, 1])
 
     # ------------------------------------------------------------------ design
     def design(self) -> dict[str, Any]:
         """The content of ``design.json`` (spec field names).
 
-        Pool memories that can never be exposed (propensity 0: no step in the
-        store, or no share of the capacity) are left out of ``pool``, since the
-        spec's propensities are in ``(0, 1]``.
+        Fixed designs: ``steps``, ``seed``, ``pool``. Open-ended designs: the
+        spec's ``rounds`` form, every round laid out so far (the current one
+        included; none before the first :meth:`context`). Pool memories that
+        can never be exposed (propensity 0: no step in the store, or no share
+        of the capacity) are left out of a ``pool``, since the spec's
+        propensities are in ``(0, 1]``.
         """
-        pool = {
-            m: float(self.propensity[i]) for i, m in enumerate(self.pool) if self.propensity[i] > 0
-        }
-        return {
+        out: dict[str, Any] = {
             "slots": self.slots,
             "exposure_slots": self.exposure_slots,
             "assignment": self.assignment,
-            "steps": self.steps,
-            "seed": self.seed,
-            "pool": pool,
         }
+        if self.assignment == "window":
+            out["window"] = self.window
+            out["pool_slots"] = self.pool_slots
+        rounds = self._book.design_rounds()
+        if self.steps is not None:
+            out.update({"steps": self.steps, "seed": self.seed, "pool": rounds[0]["pool"]})
+        else:
+            out["rounds"] = rounds
+        return out
+
+    @property
+    def design_version(self) -> int:
+        """Moves whenever :meth:`design` changes (a new round): rewrite ``design.json`` then."""
+        return len(self._book.rounds)
+
+    # ------------------------------------------------------------------- store
+    def add_memory(self, memory_id: str, step: int) -> None:
+        """A memory enters the store at ``step``; it joins the next round that starts at or after it.
+
+        In a fixed design it only counts as in the store (a window's candidate):
+        the pool of a fixed design is laid out once.
+        """
+        self._store.add(str(memory_id), int(step))
+
+    def remove_memory(self, memory_id: str, step: int) -> None:
+        """A memory leaves the store at ``step``: its remaining exposures are withdrawn (no warning).
+
+        A step already scheduled counts as the next one (the contexts given
+        out stand). The withdrawn count is in :attr:`withdrawn`.
+        """
+        self._store.remove(str(memory_id), max(int(step), self._next_step))
+        self._apply_removals(self._next_step)
+
+    def _apply_removals(self, step: int) -> None:
+        for m in self._store.due(step):
+            if self._book.plan is not None and not self._book.finished:
+                n = self._book.plan.withdraw(m)
+                if n:
+                    self.withdrawn[m] = self.withdrawn.get(m, 0) + n
+
+    # ------------------------------------------------------------------ rounds
+    def _reach(self, step: int, store: Collection[str] | None) -> None:
+        """Lay out rounds until one holds ``step`` (a skipped round is laid out and ended)."""
+        while step >= self._book.stop:
+            if self._book.rounds and not self._book.finished:
+                self._finish_round()
+            r, R = len(self._book.rounds), int(self.round_steps or 0)
+            pool = self._store.round_pool(r * R, store)
+            plan, lost = lay_out_round(
+                self.assignment, pool, r * R, R, self.seed + r, self._k_pool, self.exposure_slots, self.bernoulli_rate
+            )
+            if lost:
+                self._report_lost(lost, pool)
+            self._book.open(r * R, R, self.seed + r, plan)
+
+    def _finish_round(self) -> None:
+        plan = self._book.plan
+        for i, c in self._book.close().items():
+            for _ in range(c):
+                self._warn_lost(plan.pool[i])  # type: ignore[union-attr]
+        steps = self._book.rounds[-1]["steps"]
+        if isinstance(plan, BernoulliRound) and plan.capped > 0.01 * steps:
+            warnings.warn(
+                f"the k-slot cap bound at {plan.capped} of {steps} steps: realised "
+                "exposure probabilities are below the logged propensities; lower bernoulli_rate",
+                ExposureShortfallWarning,
+                stacklevel=4,
+            )
+
+    def planned(self, round_index: int) -> dict[str, int]:
+        """Exposures planned per memory in a round (every member of its pool, zeros included).
+
+        Balanced and window pool slots: floor or ceil of the round's share;
+        empty under Bernoulli (nothing is planned). A fixed design is round 0.
+        """
+        return self.accounts(round_index)["planned"]
+
+    def delivered(self, round_index: int) -> dict[str, int]:
+        """Pool exposures given out per memory in a round so far (memories with none left out)."""
+        return self.accounts(round_index)["delivered"]
+
+    def accounts(self, round_index: int) -> dict[str, dict[str, int]]:
+        """A round's ``planned``, ``delivered``, ``shortfall`` and ``withdrawn`` (memory id -> count).
+
+        Once the round has ended, ``planned = delivered + shortfall + withdrawn``
+        per memory (pool slots only: window slots are not planned).
+        """
+        acc = self._book.accounts(int(round_index))
+        if acc is None:
+            raise ConfigError(f"round {round_index} is not laid out ({len(self._book.rounds)} so far)")
+        return acc
 
     # -------------------------------------------------------------------- live
     def context(
@@ -196,102 +383,98 @@ class ExposureScheduler:
         Parameters
         ----------
         step : int
-            The step, ``0 <= step < steps``; steps must be increasing (a skipped
-            step's planned exposures are deferred like collisions).
+            The step; steps must increase (a skipped step's planned exposures
+            are deferred like collisions); below ``steps`` in a fixed design.
         ranking : sequence of str
-            The retriever's ranking for this step's query, best first.
+            The retriever's ranking for this step's query, best first. Window
+            designs: the full ranking, at least ``B - k + W`` long (or the whole
+            store), and logged as given (a reader recomputes ``W_t`` from it).
         store : collection of str, optional
-            The memories in the store at this step; pool memories outside it are
-            not exposed (deferred). ``None``: use the lifetimes only.
+            The memories in the store at this step; memories outside it are
+            not exposed (pool exposures are deferred). ``None``: the lifetimes
+            and ``add_memory`` / ``remove_memory`` decide.
 
         Returns
         -------
         list of dict
             ``B - k`` retriever slots ``{"memory_id", "source": "retriever", "rank"}``
-            (fewer if the ranking is shorter) followed by up to ``k`` exposure
-            slots ``{"memory_id", "source": "exposure", "propensity"}``.
+            (fewer if the ranking is shorter) and up to ``k`` exposure slots
+            ``{"memory_id", "source": "exposure", "propensity"}`` (with ``"arm"``
+            in window designs): last, or at random positions (``positions``).
         """
         step = int(step)
         if step < self._next_step:
             raise ConfigError(f"steps must increase: got {step} after {self._next_step - 1}")
-        if step >= self.steps:
+        if self.steps is not None and step >= self.steps:
             raise ConfigError(
                 f"step {step} is past the design's {self.steps} steps; lay out a new design"
             )
+        if store is not None and not isinstance(store, set | frozenset | dict):
+            store = set(map(str, store))
+        if self.steps is None:
+            self._reach(step, store)
         self._next_step = step + 1
-        retrieved: list[str] = []
-        seen: set[str] = set()
-        for m in ranking:
-            m = str(m)
-            if m in seen:
-                continue
-            seen.add(m)
-            retrieved.append(m)
-            if len(retrieved) == self.slots - self.exposure_slots:
-                break
-        rank_of = {}
+        self._apply_removals(step)
+        ranking = [str(m) for m in ranking]
+        cut = self.slots - self.exposure_slots
+        retrieved = list(dict.fromkeys(ranking))[:cut]
+        rank_of: dict[str, int] = {}
         for r, m in enumerate(ranking):
-            rank_of.setdefault(str(m), r)
+            rank_of.setdefault(m, r)
         out: list[dict[str, Any]] = [
             {"memory_id": m, "source": RETRIEVER, "rank": rank_of[m]} for m in retrieved
         ]
+        exposure: list[dict[str, Any]] = []
         if self.exposure_slots:
             blocked = set(retrieved)
-            if self.assignment == "balanced":
-                chosen = self._take_balanced(step, blocked, store)
-            else:
-                chosen = self._take_bernoulli(step, blocked, store)
-            out += [
-                {"memory_id": self.pool[i], "source": EXPOSURE, "propensity": float(self.propensity[i])}
-                for i in chosen
-            ]
-        if step == self.steps - 1:
-            self._finish()
+            exposure = self._pool_slots(step, blocked, store)
+            if self.assignment == "window":
+                for slot in exposure:
+                    slot["arm"] = "pool"
+                exposure += self._window_slots(step, ranking, blocked | {s["memory_id"] for s in exposure}, store)
+        out = place(out, exposure, self._rng) if self.positions == "random" else out + exposure
+        if step == self._book.stop - 1:
+            self._finish_round()
         return out
 
-    def _eligible(self, i: int, step: int, blocked: set[str], store: Collection[str] | None) -> bool:
-        m = self.pool[i]
-        return (
-            self.created[i] <= step < self.deleted[i]
-            and m not in blocked
-            and (store is None or m in store)
+    def _pool_slots(self, step: int, blocked: set[str], store: Collection[str] | None) -> list[dict[str, Any]]:
+        plan = self._book.plan
+        if plan is None or self._book.finished:
+            return []
+
+        def eligible(i: int) -> bool:
+            m = plan.pool[i]
+            return plan.created[i] <= step < plan.deleted[i] and m not in blocked and self._store.in_store(m, step, store)
+
+        if isinstance(plan, BernoulliRound):
+            before = plan.capped
+            chosen = plan.take(step, self.exposure_slots, eligible, self._rng)
+            self.capped_steps += plan.capped - before
+        else:
+            chosen, lost = plan.take(step, eligible)
+            for i in lost:
+                self._warn_lost(plan.pool[i])
+        return [
+            {"memory_id": plan.pool[i], "source": EXPOSURE, "propensity": float(plan.propensity[i])} for i in chosen
+        ]
+
+    def _window_slots(
+        self, step: int, ranking: list[str], in_context: set[str], store: Collection[str] | None
+    ) -> list[dict[str, Any]]:
+        cut = self.slots - self.exposure_slots
+        need = cut + int(self.window or 0)
+        if store is not None and len(ranking) < need and len(store) > len(ranking):
+            raise ConfigError(
+                f"step {step}: a window design needs a ranking of {need} memories (B - k + W) "
+                f"or of the whole store ({len(store)}); got {len(ranking)}"
+            )
+        members = window_members(
+            ranking, cut, int(self.window or 0), in_context, lambda m: self._store.in_store(m, step, store)
         )
+        drawn, p = draw_window(members, self.exposure_slots - self.pool_slots, self._rng)
+        return [{"memory_id": m, "source": EXPOSURE, "propensity": p, "arm": "window"} for m in drawn]
 
-    def _take_balanced(self, step: int, blocked: set[str], store: Collection[str] | None) -> list[int]:
-        k = self.exposure_slots
-        chosen: list[int] = []
-        taken: set[int] = set()
-        # a full round of the pool ahead is always enough to find k distinct
-        # eligible memories when they exist; bounded so a step costs O(pool/k)
-        horizon = step + int(np.ceil(len(self.pool) / max(k, 1))) + 1
-        i = self._head
-        n = len(self.tok_mem)
-        while i < n and len(chosen) < k and self.tok_step[i] <= horizon:
-            if not self._consumed[i]:
-                m = int(self.tok_mem[i])
-                if self.deleted[m] <= step:
-                    self._lose(i)
-                elif m not in taken and self._eligible(m, step, blocked, store):
-                    chosen.append(m)
-                    taken.add(m)
-                    self._consumed[i] = True
-            i += 1
-        while self._head < n and self._consumed[self._head]:
-            self._head += 1
-        return chosen
-
-    def _take_bernoulli(self, step: int, blocked: set[str], store: Collection[str] | None) -> list[int]:
-        alive = np.flatnonzero((self.created <= step) & (step < self.deleted))
-        draw = alive[self._rng.random(alive.size) < self.propensity[alive]]
-        draw = [int(i) for i in draw if self._eligible(int(i), step, blocked, store)]
-        if len(draw) > self.exposure_slots:
-            self.capped_steps += 1
-            draw = sorted(self._rng.choice(draw, size=self.exposure_slots, replace=False).tolist())
-        return draw
-
-    def _lose(self, i: int) -> None:
-        self._consumed[i] = True
-        m = self.pool[int(self.tok_mem[i])]
+    def _warn_lost(self, m: str) -> None:
         self.shortfall[m] = self.shortfall.get(m, 0) + 1
         warnings.warn(
             f"exposure of {m!r} deferred past its last step in the store: not delivered "
@@ -300,21 +483,39 @@ class ExposureScheduler:
             stacklevel=4,
         )
 
-    def _finish(self) -> None:
-        if self.assignment == "balanced":
-            for i in np.flatnonzero(~self._consumed):
-                self._lose(int(i))
-        elif self.capped_steps > 0.01 * self.steps:
-            warnings.warn(
-                f"the k-slot cap bound at {self.capped_steps} of {self.steps} steps: realised "
-                "exposure probabilities are below the logged propensities; lower bernoulli_rate",
-                ExposureShortfallWarning,
-                stacklevel=3,
-            )
+    def _report_lost(self, lost: dict[int, int], pool: list[str]) -> None:
+        for i, c in lost.items():
+            self.shortfall[pool[i]] = self.shortfall.get(pool[i], 0) + c
+        warnings.warn(
+            f"{sum(lost.values())} planned exposures of {len(lost)} memories could not be placed "
+            "(ineligible at every step of their lifetime)",
+            ExposureShortfallWarning,
+            stacklevel=3,
+        )
+
+    # ------------------------------------------------------------------- state
+    def state(self) -> dict[str, Any]:
+        """Everything needed to continue exactly, as a JSON-serialisable dict (``json.dumps`` works).
+
+        Arrays are lists, the generator is its ``bit_generator.state``
+        (:mod:`cmp_bayes.design.state`). Save it with each step (e.g. as
+        :class:`~cmp_bayes.log.append.LogWriter`'s ``state_hook``): :meth:`from_state`
+        then continues with the contexts this scheduler would have given.
+        """
+        return scheduler_state(self)
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> ExposureScheduler:
+        """The scheduler a :meth:`state` describes (also after a ``json.dumps`` / ``json.loads`` round trip)."""
+        obj = cls.__new__(cls)
+        restore_scheduler(obj, state)
+        return obj
 
     # ------------------------------------------------------------------- batch
     def deal(self, retrieved: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Every step's exposures at once, given every step's retrieved pool memories.
+
+        Fixed balanced and Bernoulli designs only (:mod:`cmp_bayes.design.batch`).
 
         Parameters
         ----------
@@ -329,53 +530,22 @@ class ExposureScheduler:
             indices. Under ``balanced`` every memory's count equals ``counts`` unless
             a shortfall is reported (see module docstring).
         """
+        if self.steps is None or self.assignment == "window":
+            raise ConfigError(
+                "deal is for fixed balanced or bernoulli designs; window and open-ended designs "
+                "need each step's ranking and store: use context"
+            )
         if self.exposure_slots == 0:
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
         if self.assignment == "bernoulli":
-            return self._deal_bernoulli(retrieved)
-        rng = np.random.default_rng(self.seed)
-        counts = balanced_counts(self.created, self.deleted, self.steps, self.exposure_slots, rng)
-        tok_mem, tok_step = plan_slots(counts, self.created, self.deleted, self.steps, self.exposure_slots, rng)
-        lost = repair(tok_mem, tok_step, self.created, self.deleted, blocked=retrieved)
-        if lost:
-            self._report_lost(lost)
-        keep = tok_mem >= 0
-        return tok_step[keep], tok_mem[keep]
-
-    def _report_lost(self, lost: dict[int, int]) -> None:
-        for i, c in lost.items():
-            self.shortfall[self.pool[i]] = self.shortfall.get(self.pool[i], 0) + c
-        warnings.warn(
-            f"{sum(lost.values())} planned exposures of {len(lost)} memories could not be placed "
-            "(ineligible at every step of their lifetime)",
-            ExposureShortfallWarning,
-            stacklevel=3,
+            assert self.propensity is not None
+            step, mem, self.capped_steps = deal_bernoulli(
+                self.created, self.in_store_steps, self.propensity, self.exposure_slots, self.seed, retrieved
+            )
+            return step, mem
+        step, mem, lost = deal_balanced(
+            self.created, self.deleted, self.steps, self.exposure_slots, self.seed, retrieved
         )
-
-    def _deal_bernoulli(self, retrieved: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-        rng = np.random.default_rng(self.seed)
-        n = rng.binomial(self.in_store_steps, self.propensity)
-        mem = np.repeat(np.arange(len(self.pool)), n)
-        # n draws without replacement from each memory's lifetime [created, deleted)
-        u = rng.random(mem.size)
-        order = np.lexsort((u, mem))
-        mem = mem[order]
-        start = np.r_[0, np.cumsum(n)[:-1]]
-        j = np.arange(mem.size) - np.repeat(start, n)
-        # stratified positions are distinct within a memory: j-th of n_m strata
-        span = self.in_store_steps[mem]
-        lo = (j * span) // np.maximum(n[mem], 1)
-        hi = ((j + 1) * span) // np.maximum(n[mem], 1)
-        step = self.created[mem] + lo + (rng.random(mem.size) * (hi - lo)).astype(np.int64)
-        if retrieved is not None and mem.size:
-            hit = (retrieved[step] == mem[:, None]).any(axis=1)
-            mem, step = mem[~hit], step[~hit]
-        order = np.lexsort((rng.random(mem.size), step))
-        mem, step = mem[order], step[order]
-        first = np.r_[0, np.flatnonzero(np.diff(step)) + 1] if step.size else np.zeros(0, np.int64)
-        within = np.arange(step.size) - np.repeat(first, np.diff(np.r_[first, step.size]))
-        keep = within < self.exposure_slots
-        self.capped_steps = int(np.unique(step[~keep]).size)
-        # the stratified draw is not exactly Bernoulli per step; it keeps the
-        # per-memory count Binomial(T_m, p) and spreads it uniformly over the lifetime
-        return step[keep], mem[keep]
+        if lost:
+            self._report_lost(lost, self.pool)
+        return step, mem
