@@ -149,10 +149,10 @@ def _status(session: LiveSession, lid: str, sid: str, scope: set[str] | None) ->
     w = session.writer
     if w.has_memories and not w.memory_known(lid):
         return "unknown"
-    if w.has_memories and not w.memory_alive(lid, w.next_step):
-        return "already deleted"
     if not session.is_current(lid):
         return "superseded"
+    if w.has_memories and not w.memory_alive(lid, w.next_step):
+        return "already deleted"
     if scope is not None and sid not in scope:
         return "missing from store"
     return "delete"
