@@ -29,6 +29,8 @@ _LAZY: dict[str, str] = {
     "PositivityReport": "cmp_bayes.diagnostics.positivity",
     # design and simulation
     "ExposureScheduler": "cmp_bayes.design.scheduler",
+    "LiveSession": "cmp_bayes.live.session",
+    "apply_decisions": "cmp_bayes.live.apply",
     "simulate": "cmp_bayes.simulation.simulator",
     "SimulationConfig": "cmp_bayes.simulation.config",
     "PRESETS": "cmp_bayes.simulation.presets",

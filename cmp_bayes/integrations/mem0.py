@@ -3,13 +3,10 @@
 Turning CMP on for an existing Mem0 deployment takes a scheduler, a log
 writer and one wrapper::
 
-    from cmp_bayes import ExposureScheduler, LogWriter
-    from cmp_bayes.integrations.mem0 import CMPMemory, store_snapshot
+    from cmp_bayes.integrations.mem0 import CMPMemory
 
-    store = store_snapshot(memory, filters={"user_id": "alice"})
-    sched = ExposureScheduler(slots=10, exposure_slots=2, pool=store["memory_id"].tolist(), steps=2000)
-    writer = LogWriter("logs/alice", design=sched.design(), memories=store)
-    cmp = CMPMemory(memory, sched, writer)
+    # a new log, or the same log reopened after a restart
+    cmp = CMPMemory.open(memory, "logs/alice", filters={"user_id": "alice"}, slots=10, exposure_slots=2)
 
     hits = cmp.search("where does Caroline live?", filters={"user_id": "alice"}, query_id="q17")
     ...                                   # the LLM answers from hits["results"]
@@ -32,8 +29,19 @@ The returned object has Mem0's shape, ``{"results": [...]}``: the retriever
 items first, then the exposure items, each a Mem0 memory dict whose
 ``metadata["cmp"]`` says ``{"source": "exposure", "propensity": p, "step": t}``.
 A top-level ``"cmp"`` key carries the step id, the query id and the exposed
-memory ids. Every other method (``add``, ``get``, ``update``, ``delete``, ...)
-is the wrapped ``Memory``'s own, unchanged.
+memory ids.
+
+The store's lifecycle is logged: :meth:`CMPMemory.add`, :meth:`CMPMemory.update`
+and :meth:`CMPMemory.delete` call Mem0's own method and record the change in
+``memories.jsonl`` (an update gets a new log id, ``<id>~v2``: see
+:mod:`cmp_bayes.live.session`); a memory Mem0 returns that the log does not
+know is recorded as created at that step. :meth:`CMPMemory.apply` deletes the
+memories ``decide`` forgets and records the deletions. Every other method
+(``get``, ``get_all``, ``history``, ...) is the wrapped ``Memory``'s own.
+
+Restarts: :meth:`CMPMemory.open` on a log directory that holds a
+``live_state.json`` continues exactly where the log stopped (see
+:class:`~cmp_bayes.live.session.LiveSession`).
 
 Rankings: the log's optional ``ranking`` field is Mem0's full ranking for the
 query, ``memory.search(query, top_k=<store size>, threshold=0.0)``. Mem0
@@ -55,6 +63,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
+from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -67,6 +76,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     import pandas as pd
 
     from cmp_bayes.design.scheduler import ExposureScheduler
+    from cmp_bayes.live.session import LiveSession
     from cmp_bayes.log.append import LogWriter
 
 #: What to install when mem0ai is missing.
@@ -81,18 +91,22 @@ class CMPMemory:
     ----------
     memory : mem0.Memory
         The user's Mem0 memory (any vector store, embedder, reranker).
-    scheduler : ExposureScheduler
-        The exposure design: ``B = scheduler.slots`` context slots of which
-        ``k = scheduler.exposure_slots`` are exposure slots; its pool are Mem0
-        memory ids. Its steps are the log's steps, so it must be fresh when
-        the writer starts at step 0.
-    writer : LogWriter
-        Where steps go. If it has no design yet the scheduler's is written;
-        a different design is refused.
+    scheduler : ExposureScheduler or LiveSession
+        The exposure design, or a whole :class:`~cmp_bayes.live.session.LiveSession`
+        (what :meth:`open` builds; then ``writer`` is not given). A scheduler's
+        pool are Mem0 memory ids and its steps are the log's steps, so it must
+        be fresh when the writer starts at step 0.
+    writer : LogWriter, optional
+        Where steps go, with a scheduler. If it has no design yet the
+        scheduler's is written; a different design is refused.
     slots : int, optional
-        ``B``; only checked against ``scheduler.slots``.
+        ``B``; only checked against the scheduler's.
+    filters : mapping, optional
+        The Mem0 scope (``{"user_id": ...}``) :meth:`add`, :meth:`apply` and
+        ``delete_all`` work in; taken from the session's store when it has one.
     log_ranking : {"first", "always", "never"}
-        When to log Mem0's full ranking (module docstring).
+        When to log Mem0's full ranking (module docstring). Window designs log
+        it at every step.
     track_store : bool
         List the store (``get_all`` with the search's filters) at every step,
         so that a pool memory deleted from Mem0 is never exposed (its exposure
@@ -105,38 +119,84 @@ class CMPMemory:
     def __init__(
         self,
         memory: Any,
-        scheduler: ExposureScheduler,
-        writer: LogWriter,
+        scheduler: ExposureScheduler | LiveSession,
+        writer: LogWriter | None = None,
         slots: int | None = None,
         *,
+        filters: Mapping[str, Any] | None = None,
         log_ranking: Literal["first", "always", "never"] = "first",
         track_store: bool = True,
         ranking_depth: int = 10_000,
     ) -> None:
-        if slots is not None and int(slots) != scheduler.slots:
-            raise ConfigError(f"slots={slots} disagrees with the scheduler's B={scheduler.slots}")
+        from cmp_bayes.live.session import LiveSession
+
         if log_ranking not in ("first", "always", "never"):
             raise ConfigError(
                 f"log_ranking must be 'first', 'always' or 'never', got {log_ranking!r}"
             )
-        design = scheduler.design()
-        if writer.design is None:
-            writer.write_design(design)
-        elif dict(writer.design) != design:
-            raise ConfigError(
-                f"{writer.path}: the log's design.json is not this scheduler's design; "
-                "open a new log directory for a new design"
-            )
+        if isinstance(scheduler, LiveSession):
+            session = scheduler
+        else:
+            if writer is None:
+                raise ConfigError("CMPMemory(memory, scheduler, writer): a scheduler needs its LogWriter")
+            session = LiveSession.from_parts(scheduler, writer, log_ranking=log_ranking)
+        if slots is not None and int(slots) != session.scheduler.slots:
+            raise ConfigError(f"slots={slots} disagrees with the scheduler's B={session.scheduler.slots}")
         self.memory = memory
-        self.scheduler = scheduler
-        self.writer = writer
-        self.slots = scheduler.slots
-        self.exposure_slots = scheduler.exposure_slots
+        self.session = session
+        self.scheduler = session.scheduler
+        self.writer = session.writer
+        self.slots = session.scheduler.slots
+        self.exposure_slots = session.scheduler.exposure_slots
+        self.filters = dict(filters or session.store or {})
         self.log_ranking = log_ranking
         self.track_store = track_store
         self.ranking_depth = int(ranking_depth)
-        self._ranked: set[str] = set()
         self._store_hint = 256
+
+    @classmethod
+    def open(
+        cls,
+        memory: Any,
+        path: str | Path,
+        filters: Mapping[str, Any],
+        *,
+        slots: int | None = None,
+        exposure_slots: int | None = None,
+        log_ranking: Literal["first", "always", "never"] = "first",
+        track_store: bool = True,
+        **design: Any,
+    ) -> CMPMemory:
+        """Start a live log for the Mem0 scope ``filters`` at ``path``, or continue it after a restart.
+
+        A new log lists the scope's memories (every page of ``get_all``) as
+        the store and the pool; ``design`` goes to
+        :class:`~cmp_bayes.live.session.LiveSession` (``round_steps``,
+        ``steps``, ``assignment``, ``window``, ``pool_slots``, ``positions``,
+        ``seed``, ``expire_after_steps``, ...). Reopening checks that the log is
+        for the same scope.
+        """
+        from cmp_bayes.live.session import STATE_FILE, LiveSession
+
+        flt = dict(filters)
+        if not any(k in flt for k in _ENTITY_KEYS):
+            raise ConfigError(f"filters must name one of {', '.join(_ENTITY_KEYS)}, got {flt}")
+        if (Path(path) / STATE_FILE).is_file():
+            session = LiveSession(
+                path, slots=slots, exposure_slots=exposure_slots, store=flt, log_ranking=log_ranking, **design
+            )
+        else:
+            snapshot = store_snapshot(memory, flt)
+            session = LiveSession(
+                path,
+                slots=slots,
+                exposure_slots=exposure_slots,
+                memories=snapshot,
+                store=flt,
+                log_ranking=log_ranking,
+                **design,
+            )
+        return cls(memory, session, filters=flt, log_ranking=log_ranking, track_store=track_store)
 
     # ----------------------------------------------------------------- search
     def search(
@@ -158,7 +218,8 @@ class CMPMemory:
         query : str
             The query, as for ``Memory.search``.
         filters : mapping, optional
-            Mem0's filters (must name a ``user_id``, ``agent_id`` or ``run_id``).
+            Mem0's filters (must name a ``user_id``, ``agent_id`` or ``run_id``;
+            default: the scope this object was opened for).
         query_id : str, optional
             The log's ``query_id`` (default: the query text).
         group : str, optional
@@ -174,14 +235,15 @@ class CMPMemory:
         -------
         dict
             ``{"results": [...], "cmp": {"step", "query_id", "exposed"}}`` plus
-            any other top-level keys of Mem0's own answer.
+            any other top-level keys of Mem0's own answer. ``results`` are in
+            context order (exposure slots where the design put them).
         """
         if "top_k" in kwargs or "limit" in kwargs:
             raise ConfigError(
                 f"top_k is fixed by the CMP design: {self.slots - self.exposure_slots} Mem0 results "
                 f"+ {self.exposure_slots} exposures"
             )
-        flt = dict(filters or {})
+        flt = dict(filters if filters is not None else self.filters)
         for key, value in zip(_ENTITY_KEYS, (user_id, agent_id, run_id), strict=True):
             if value is not None:
                 flt[key] = value
@@ -194,12 +256,13 @@ class CMPMemory:
         store = (
             self._store_ids(flt, kwargs.get("show_expired", False)) if self.track_store else None
         )
-        ranking: list[str] | None = None
+        window = self.scheduler.window if self.scheduler.assignment == "window" else None
         ranked_items: dict[str, dict[str, Any]] = {}
-        if self.log_ranking == "always" or (
-            self.log_ranking == "first" and qid not in self._ranked
-        ):
+        ranking = list(own_ids)
+        if self.session.wants_ranking(qid):
             depth = max(len(store), 1) if store is not None else self.ranking_depth
+            if window is not None:
+                depth = min(depth, nret + int(window) + len(own_ids))
             full = self.memory.search(
                 query,
                 filters=flt,
@@ -208,38 +271,113 @@ class CMPMemory:
                 show_expired=kwargs.get("show_expired", False),
             )
             ranked_items = {str(item["id"]): item for item in full.get("results", [])}
-            ranking = list(ranked_items)
-            self._ranked.add(qid)
+            # the retriever slots are Mem0's own answer; the rest of its ranking follows
+            ranking += [m for m in ranked_items if m not in set(own_ids)]
 
-        step = self.writer.next_step
-        context = self.scheduler.context(step, own_ids, store)
-        opened = self.writer.begin(qid, context, group=group, ranking=ranking)
-        if opened != step:  # pragma: no cover - LogWriter numbers steps itself
-            raise RuntimeError(f"log step {opened} != scheduled step {step}")
-
+        # the window needs the ranking below Mem0's answer; otherwise the slots are Mem0's answer
+        fill = ranking if window is not None else own_ids
+        opened = self.session.step(qid, fill, group=group, store=store, logged_ranking=ranking)
+        own_by_log = {self.session.log_id_of(i["id"]): i for i in own_items}
+        results: list[dict[str, Any]] = []
         exposed: list[str] = []
-        results = own_items
-        for slot in context:
+        for slot in opened.context:
+            lid = slot["memory_id"]
+            sid = self.session.store_id(lid)
             if slot["source"] != EXPOSURE:
+                # Mem0's own item; a window design fills a short answer from the ranking
+                results.append(own_by_log.get(lid) or copy.deepcopy(ranked_items.get(sid)) or self.memory.get(sid))
                 continue
-            mid = slot["memory_id"]
-            exposed.append(mid)
-            item = ranked_items.get(mid)
-            item = copy.deepcopy(item) if item is not None else self.memory.get(mid)
+            exposed.append(sid)
+            item = ranked_items.get(sid)
+            item = copy.deepcopy(item) if item is not None else self.memory.get(sid)
             if item is None:  # deleted between listing and fetching: keep the slot visible
-                item = {"id": mid, "memory": None}
+                item = {"id": sid, "memory": None}
             meta = dict(item.get("metadata") or {})
-            meta["cmp"] = {"source": EXPOSURE, "propensity": slot["propensity"], "step": step}
+            meta["cmp"] = {"source": EXPOSURE, "propensity": slot["propensity"], "step": opened.step}
+            if "arm" in slot:
+                meta["cmp"]["arm"] = slot["arm"]
             item["metadata"] = meta
-            results = [*results, item]
+            results.append(item)
         out = {k: v for k, v in own.items() if k != "results"}
         out["results"] = results
-        out["cmp"] = {"step": step, "query_id": qid, "exposed": exposed}
+        out["cmp"] = {"step": opened.step, "query_id": qid, "exposed": exposed}
         return out
 
     def report_outcome(self, step: int, outcome: float) -> None:
-        """The outcome (in ``[0, 1]``) of the step a :meth:`search` opened; writes it to the log."""
-        self.writer.finish(step, outcome)
+        """The outcome (in ``[0, 1]``) of the step a :meth:`search` opened, also after a restart."""
+        self.session.report(step, outcome)
+
+    def cancel(self, step: int, reason: str) -> None:
+        """Cancel a step whose outcome will never come (logged with ``reason``, not estimated from)."""
+        self.session.cancel(step, reason)
+
+    # -------------------------------------------------------------- lifecycle
+    def add(self, messages: Any, **kwargs: Any) -> dict[str, Any]:
+        """Mem0's ``add``; every memory it adds, updates or deletes is recorded in the log."""
+        if not any(k in kwargs for k in _ENTITY_KEYS) and "filters" not in kwargs:
+            kwargs.update({k: v for k, v in self.filters.items() if k in _ENTITY_KEYS})
+        res = self.memory.add(messages, **kwargs)
+        for item in (res or {}).get("results", []):
+            event = str(item.get("event", "ADD")).upper()
+            mid = str(item["id"])
+            if event == "ADD":
+                self.session.add(mid, text=item.get("memory"))
+            elif event == "UPDATE":
+                self.session.update(mid, text=item.get("memory"))
+            elif event == "DELETE":
+                self.session.delete(mid)
+        return res
+
+    def update(self, memory_id: str, data: str, **kwargs: Any) -> Any:
+        """Mem0's ``update``; the log gets a new version of the memory (module docstring)."""
+        res = self.memory.update(memory_id, data, **kwargs)
+        self.session.update(memory_id, text=data)
+        return res
+
+    def delete(self, memory_id: str) -> Any:
+        """Mem0's ``delete``; the deletion is recorded in the log."""
+        res = self.memory.delete(memory_id)
+        self.session.delete(memory_id)
+        return res
+
+    def delete_all(self, **kwargs: Any) -> Any:
+        """Mem0's ``delete_all``; every memory of the scope it deletes is recorded in the log."""
+        flt = {k: v for k, v in kwargs.items() if k in _ENTITY_KEYS} or dict(self.filters)
+        ids = self._store_ids(flt, False)
+        res = self.memory.delete_all(**kwargs) if kwargs else self.memory.delete_all(**flt)
+        for mid in sorted(ids):
+            if self.writer.memory_alive(self.session.log_id_of(mid), self.writer.next_step):
+                self.session.delete(mid)
+        return res
+
+    def apply(
+        self,
+        decisions: Any,
+        dry_run: bool = True,
+        *,
+        allow_unverified: bool = False,
+        echo: Any = print,
+    ) -> pd.DataFrame:
+        """Delete the memories ``decide`` forgets from Mem0, and record it in the log.
+
+        Refuses decisions made from another log or store (their ``log_id`` and
+        store scope); checks each forget against every page of the scope's
+        ``get_all``. ``dry_run=True`` (the default) prints what would happen and
+        changes nothing. See :func:`cmp_bayes.live.apply.apply_decisions` for the
+        statuses of the returned table.
+        """
+        from cmp_bayes.live.apply import apply_decisions
+
+        scope = self._store_ids(self.filters, False) if self.filters else None
+        return apply_decisions(
+            self.session,
+            decisions,
+            self.memory,
+            dry_run=dry_run,
+            in_store=scope,
+            allow_unverified=allow_unverified,
+            echo=echo,
+        )
 
     # ---------------------------------------------------------------- helpers
     def _store_ids(self, filters: Mapping[str, Any], show_expired: bool) -> set[str]:
@@ -256,8 +394,8 @@ class CMPMemory:
         return {str(item["id"]) for item in items}
 
     def close(self) -> None:
-        """Close the log writer (steps still waiting for an outcome are warned about)."""
-        self.writer.close()
+        """Close the log (steps still waiting for an outcome stay in ``live_state.json``)."""
+        self.session.close()
 
     def __enter__(self) -> CMPMemory:
         return self

@@ -1,0 +1,277 @@
+"""A soak test of a live CMP log: a toy agent loop, killed and restarted, then checked.
+
+:func:`run_agent` is a toy memory system driving a :class:`LiveSession`:
+memories are added, updated and deleted as it runs, outcomes come late, out
+of order or never (those steps expire), and everything it does at step ``t``
+is a function of ``(seed, t)``, so a restarted agent carries on with exactly
+what the killed one would have done. It notes every outcome it reported (after
+``report`` returned) in ``journal.txt``.
+
+:func:`soak` runs the agent in a child process, kills it with ``SIGKILL`` at
+random moments, restarts it until it reaches its last step, then
+:func:`check_soak` asserts what a crash must never break:
+
+1. the log reads under the strict reader;
+2. every outcome the agent reported is in ``steps.jsonl``, with its value;
+3. every step number is in exactly one of ``steps.jsonl``, ``cancelled.jsonl``
+   and the pending steps;
+4. each memory's exposures in each round are the round's planned count (the
+   floor or ceil of ``R k / P``), less only those withdrawn because it was
+   deleted and those the scheduler reports as a shortfall.
+
+``python -m cmp_bayes.live.soak DIR --steps 5000 --kills 20`` runs it at length
+(the benchmark in ``benchmarks/soak.py`` records the result).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cmp_bayes.live.session import STATE_FILE, LiveSession
+
+JOURNAL = "journal.txt"
+DONE = "done"
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """The toy agent: store size, queries, churn and outcome delays (probabilities per step)."""
+
+    memories: int = 40
+    queries: int = 12
+    slots: int = 6
+    exposure_slots: int = 2
+    round_steps: int = 60
+    p_add: float = 0.02
+    p_delete: float = 0.01
+    p_update: float = 0.005
+    p_missing: float = 0.03
+    max_delay: int = 6
+    expire_after_steps: int = 15
+    positions: str = "random"
+
+
+def _rng(seed: int, t: int, what: int) -> np.random.Generator:
+    return np.random.default_rng([seed, t, what])
+
+
+def _outcome(seed: int, t: int) -> tuple[float, int | None]:
+    """Step ``t``'s outcome and the step at which it is reported (None: never)."""
+    r = _rng(seed, t, 1)
+    y = float(r.random() < 0.5)
+    if r.random() < AgentConfig.p_missing:
+        return y, None
+    return y, t + int(r.integers(0, AgentConfig.max_delay + 1))
+
+
+def run_agent(path: str | Path, steps: int, seed: int = 0, cfg: AgentConfig = AgentConfig()) -> None:
+    """Run (or resume) the toy agent until the log has ``steps`` steps opened."""
+    path = Path(path)
+    fresh = not (path / STATE_FILE).is_file()
+    init = [{"memory_id": f"m{i}", "text": f"fact number {i}"} for i in range(cfg.memories)]
+    session = LiveSession(
+        path,
+        slots=cfg.slots if fresh else None,
+        exposure_slots=cfg.exposure_slots if fresh else None,
+        memories=init if fresh else None,
+        round_steps=cfg.round_steps if fresh else None,
+        positions=cfg.positions,
+        seed=seed,
+        expire_after_steps=cfg.expire_after_steps,
+    )
+    journal = (path / JOURNAL).open("a", encoding="utf-8")
+    try:
+        while session.next_step < steps:
+            t = session.next_step
+            # outcomes due now, for steps opened before (also before a restart)
+            for s in session.pending:
+                y, due = _outcome(seed, s)
+                if due is not None and due <= t:
+                    session.report(s, y)
+                    journal.write(f"{s} {y:g}\n")
+                    journal.flush()
+            _churn(session, seed, t, cfg)
+            alive = sorted(session.writer.alive_memories(t))
+            q = int(_rng(seed, t, 3).integers(cfg.queries))
+            order = np.random.default_rng([seed, 99, q]).permutation(len(alive))
+            ranking = [session.store_id(alive[i]) for i in order]
+            session.step(f"q{q}", ranking, group=f"g{q % 3}")
+        # the outcomes still due within the horizon
+        for s in session.pending:
+            y, due = _outcome(seed, s)
+            if due is not None:
+                session.report(s, y)
+                journal.write(f"{s} {y:g}\n")
+                journal.flush()
+    finally:
+        journal.close()
+        session.close()
+    (path / DONE).write_text("ok\n")
+
+
+def _churn(session: LiveSession, seed: int, t: int, cfg: AgentConfig) -> None:
+    r = _rng(seed, t, 2)
+    alive = sorted(session.writer.alive_memories(t))
+    if r.random() < cfg.p_add:
+        n = len(session.writer.memory_records())
+        session.add(f"m{n}", text=f"fact number {n}, learned at step {t}")
+    if alive and r.random() < cfg.p_delete:
+        session.delete(session.store_id(alive[int(r.integers(len(alive)))]))
+    if alive and r.random() < cfg.p_update:
+        lid = alive[int(r.integers(len(alive)))]
+        if session.writer.memory_alive(lid, t):
+            session.update(session.store_id(lid), text=f"edited at step {t}")
+
+
+def soak(path: str | Path, steps: int, kills: int, seed: int = 0, timeout: float = 600.0) -> dict[str, Any]:
+    """Run the agent in a child process, ``SIGKILL`` it ``kills`` times at random, restart, check.
+
+    Returns :func:`check_soak`'s summary plus ``kills`` (kills delivered) and
+    ``seconds``.
+    """
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    cmd = [sys.executable, "-m", "cmp_bayes.live.soak", str(path), "--steps", str(steps), "--seed", str(seed), "--worker"]
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    start = time.monotonic()
+    delivered = 0
+    while not (path / DONE).is_file():
+        if time.monotonic() - start > timeout:
+            raise TimeoutError(f"soak did not finish in {timeout} s")
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        if delivered < kills:
+            # let it get going (imports take a while), then kill it at a random moment
+            wait = float(rng.uniform(0.5, 2.0))
+            try:
+                proc.wait(timeout=wait)
+            except subprocess.TimeoutExpired:
+                proc.send_signal(signal.SIGKILL)
+                proc.wait()
+                delivered += 1
+                continue
+        _, err = proc.communicate(timeout=max(1.0, timeout - (time.monotonic() - start)))
+        if proc.returncode != 0 and not (path / DONE).is_file():
+            raise RuntimeError(f"soak agent failed (exit {proc.returncode}): {err.decode()[-2000:]}")
+    summary = check_soak(path)
+    summary.update(kills=delivered, seconds=round(time.monotonic() - start, 1))
+    return summary
+
+
+def check_soak(path: str | Path) -> dict[str, Any]:
+    """The four checks of the module docstring; raises AssertionError on the first broken one."""
+    from cmp_bayes.log.design import design_rounds
+    from cmp_bayes.log.read import read_log
+
+    path = Path(path)
+    log = read_log(path)  # 1. the strict reader accepts it
+    steps = log.steps.set_index("step")["outcome"]
+    journal = {}
+    if (path / JOURNAL).is_file():
+        for line in (path / JOURNAL).read_text().split("\n"):
+            if line.strip():
+                s, y = line.split()
+                journal[int(s)] = float(y)
+    lost = [s for s, y in journal.items() if s not in steps.index or float(steps.loc[s]) != y]
+    assert not lost, f"reported outcomes missing or changed in steps.jsonl: {lost[:10]}"  # 2.
+    cancelled = _jsonl(path / "cancelled.jsonl")
+    state = json.loads((path / STATE_FILE).read_text())
+    pending = {int(s): rec for s, rec in state.get("pending", {}).items()}
+    seen = Counter(list(steps.index) + [int(c["step"]) for c in cancelled] + list(pending))
+    top = max(seen) if seen else -1
+    twice = [s for s, n in seen.items() if n > 1]
+    gaps = [s for s in range(top + 1) if s not in seen]
+    assert not twice and not gaps, f"steps twice: {twice[:10]}, steps nowhere: {gaps[:10]}"  # 3.
+    # 4. exposures per round and memory against the plan
+    contexts = [(int(s), slot) for s, slot in _all_slots(path, cancelled, pending)]
+    design = json.loads((path / "design.json").read_text())
+    rounds = design_rounds(design)
+    k = int(design["exposure_slots"])
+    sched = state["extra"]["scheduler"]
+    withdrawn = _per_round(sched, "withdrawn")
+    shortfall = _per_round(sched, "shortfall")
+    checked = exact = 0
+    for r, rnd in enumerate(rounds):
+        n = rnd.steps * k / max(len(rnd.pool), 1)
+        got = Counter(
+            slot["memory_id"] for s, slot in contexts
+            if rnd.start <= s < rnd.stop and slot["source"] == "exposure"
+        )
+        finished = rnd.stop <= top + 1
+        for m, p in rnd.pool.items():
+            planned = round(p * rnd.steps)
+            assert planned in (math.floor(n), math.ceil(n)), f"round {r}: {m} planned {planned}, not floor/ceil of {n}"
+            short = withdrawn.get(r, {}).get(m, 0) + shortfall.get(r, {}).get(m, 0)
+            if finished:
+                assert planned - short <= got[m] <= planned, (
+                    f"round {r}: {m} exposed {got[m]} times, planned {planned} (withdrawn or short {short})"
+                )
+                exact += got[m] == planned
+            else:
+                assert got[m] <= planned, f"round {r} (running): {m} exposed {got[m]} > planned {planned}"
+            checked += 1
+        stray = set(got) - set(rnd.pool)
+        assert not stray, f"round {r}: exposed memories outside the round's pool: {sorted(stray)[:5]}"
+    return {
+        "steps": int(len(steps)),
+        "cancelled": len(cancelled),
+        "pending": len(pending),
+        "reported": len(journal),
+        "rounds": len(rounds),
+        "memory_rounds_checked": checked,
+        "memory_rounds_exact": exact,
+        "memories": int(len(log.memories)) if log.memories is not None else 0,
+    }
+
+
+def _per_round(sched: dict[str, Any], key: str) -> dict[int, dict[str, int]]:
+    """``{round: {memory: count}}`` from the scheduler state's per-round bookkeeping."""
+    raw = sched.get(f"{key}_by_round") or {}
+    return {int(r): {str(m): int(c) for m, c in d.items()} for r, d in raw.items()}
+
+
+def _all_slots(path: Path, cancelled: list[dict[str, Any]], pending: dict[int, dict[str, Any]]):
+    for rec in _jsonl(path / "steps.jsonl"):
+        for slot in rec["context"]:
+            yield rec["step"], slot
+    for rec in [*cancelled, *pending.values()]:
+        for slot in rec["context"]:
+            yield rec["step"], slot
+
+
+def _jsonl(file: Path) -> list[dict[str, Any]]:
+    if not file.is_file():
+        return []
+    return [json.loads(line) for line in file.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m cmp_bayes.live.soak", description=__doc__.split("\n")[0])
+    p.add_argument("path", type=Path)
+    p.add_argument("--steps", type=int, default=2000)
+    p.add_argument("--kills", type=int, default=10)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    if a.worker:
+        run_agent(a.path, a.steps, a.seed)
+        return 0
+    print(json.dumps(soak(a.path, a.steps, a.kills, a.seed), indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
