@@ -306,6 +306,10 @@ class ExposureScheduler:
         """
         self._store.add(str(memory_id), int(step))
 
+    def members(self) -> set[str]:
+        """The memories the scheduler counts as in the store now (added, not removed)."""
+        return {m for m, life in self._store.life.items() if life[1] is None}
+
     def remove_memory(self, memory_id: str, step: int) -> None:
         """A memory leaves the store at ``step``: its remaining exposures are withdrawn (no warning).
 

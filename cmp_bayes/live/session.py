@@ -301,8 +301,8 @@ class LiveSession:
 
     @property
     def pending(self) -> list[int]:
-        """Steps still waiting for an outcome."""
-        return self.writer.pending
+        """Steps still waiting for their outcome (also those begun before a restart)."""
+        return self.writer.waiting
 
     @property
     def next_step(self) -> int:

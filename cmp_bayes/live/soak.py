@@ -43,6 +43,8 @@ import numpy as np
 from cmp_bayes.live.session import STATE_FILE, LiveSession
 
 JOURNAL = "journal.txt"
+#: ``"step:phase"``: the agent kills itself there (phases 0-3 of a step, see run_agent)
+KILL_ENV = "CMP_SOAK_KILL_AT"
 DONE = "done"
 
 
@@ -93,9 +95,17 @@ def run_agent(path: str | Path, steps: int, seed: int = 0, cfg: AgentConfig = Ag
         expire_after_steps=cfg.expire_after_steps,
     )
     journal = (path / JOURNAL).open("a", encoding="utf-8")
+    kill_at = tuple(int(x) for x in os.environ.get(KILL_ENV, "-1:-1").split(":"))
+
+    def maybe_die(t: int, phase: int) -> None:
+        if (t, phase) == kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    print("ready", flush=True)
     try:
         while session.next_step < steps:
             t = session.next_step
+            maybe_die(t, 0)
             # outcomes due now, for steps opened before (also before a restart)
             for s in session.pending:
                 y, due = _outcome(seed, s)
@@ -103,19 +113,24 @@ def run_agent(path: str | Path, steps: int, seed: int = 0, cfg: AgentConfig = Ag
                     session.report(s, y)
                     journal.write(f"{s} {y:g}\n")
                     journal.flush()
+            maybe_die(t, 1)
             _churn(session, seed, t, cfg)
+            maybe_die(t, 2)
             alive = sorted(session.writer.alive_memories(t))
             q = int(_rng(seed, t, 3).integers(cfg.queries))
             order = np.random.default_rng([seed, 99, q]).permutation(len(alive))
             ranking = [session.store_id(alive[i]) for i in order]
             session.step(f"q{q}", ranking, group=f"g{q % 3}")
-        # the outcomes still due within the horizon
+            maybe_die(t, 3)
+        # at shutdown: the outcomes still to come arrive; the ones that never will are cancelled
         for s in session.pending:
             y, due = _outcome(seed, s)
             if due is not None:
                 session.report(s, y)
                 journal.write(f"{s} {y:g}\n")
                 journal.flush()
+            else:
+                session.cancel(s, "no outcome at shutdown")
     finally:
         journal.close()
         session.close()
@@ -137,42 +152,55 @@ def _churn(session: LiveSession, seed: int, t: int, cfg: AgentConfig) -> None:
 
 
 def soak(path: str | Path, steps: int, kills: int, seed: int = 0, timeout: float = 600.0) -> dict[str, Any]:
-    """Run the agent in a child process, ``SIGKILL`` it ``kills`` times at random, restart, check.
+    """Run the agent in a child process, ``SIGKILL`` it ``kills`` times, restart it, check the log.
 
-    Returns :func:`check_soak`'s summary plus ``kills`` (kills delivered) and
-    ``seconds``.
+    Kills alternate between two kinds: from outside, at a random moment after
+    the agent is running (anywhere, a write included), and by the agent
+    itself at a random step and point within it (between the lifecycle
+    change, the step's opening and the outcome reports), so both the timing
+    and the code path vary. Returns :func:`check_soak`'s summary plus
+    ``kills`` (kills delivered) and ``seconds``.
     """
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
     cmd = [sys.executable, "-m", "cmp_bayes.live.soak", str(path), "--steps", str(steps), "--seed", str(seed), "--worker"]
-    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     start = time.monotonic()
-    delivered = 0
+    delivered = attempts = 0
     while not (path / DONE).is_file():
         if time.monotonic() - start > timeout:
             raise TimeoutError(f"soak did not finish in {timeout} s")
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        if delivered < kills:
-            # let it get going (imports take a while), then kill it at a random moment
-            wait = float(rng.uniform(0.5, 2.0))
+        env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+        outside = attempts % 2 == 0
+        if delivered < kills and not outside:
+            done = _steps_so_far(path)
+            env[KILL_ENV] = f"{int(rng.integers(done, steps)) if done < steps else steps}:{int(rng.integers(4))}"
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        attempts += 1
+        if delivered < kills and outside:
+            proc.stdout.readline()  # "ready": the log is open
             try:
-                proc.wait(timeout=wait)
+                proc.wait(timeout=float(rng.uniform(0.0, 0.3)))
             except subprocess.TimeoutExpired:
                 proc.send_signal(signal.SIGKILL)
-                proc.wait()
-                delivered += 1
-                continue
         _, err = proc.communicate(timeout=max(1.0, timeout - (time.monotonic() - start)))
-        if proc.returncode != 0 and not (path / DONE).is_file():
+        if proc.returncode == -signal.SIGKILL:
+            delivered += 1
+        elif proc.returncode != 0:
             raise RuntimeError(f"soak agent failed (exit {proc.returncode}): {err.decode()[-2000:]}")
     summary = check_soak(path)
     summary.update(kills=delivered, seconds=round(time.monotonic() - start, 1))
     return summary
 
 
+def _steps_so_far(path: Path) -> int:
+    f = path / "steps.jsonl"
+    return f.read_bytes().count(b"\n") if f.is_file() else 0
+
+
 def check_soak(path: str | Path) -> dict[str, Any]:
     """The four checks of the module docstring; raises AssertionError on the first broken one."""
+    from cmp_bayes.design.scheduler import ExposureScheduler
     from cmp_bayes.log.design import design_rounds
     from cmp_bayes.log.read import read_log
 
@@ -189,7 +217,7 @@ def check_soak(path: str | Path) -> dict[str, Any]:
     assert not lost, f"reported outcomes missing or changed in steps.jsonl: {lost[:10]}"  # 2.
     cancelled = _jsonl(path / "cancelled.jsonl")
     state = json.loads((path / STATE_FILE).read_text())
-    pending = {int(s): rec for s, rec in state.get("pending", {}).items()}
+    pending = {int(s): rec["line"] for s, rec in state.get("pending", {}).items()}
     seen = Counter(list(steps.index) + [int(c["step"]) for c in cancelled] + list(pending))
     top = max(seen) if seen else -1
     twice = [s for s, n in seen.items() if n > 1]
@@ -200,9 +228,7 @@ def check_soak(path: str | Path) -> dict[str, Any]:
     design = json.loads((path / "design.json").read_text())
     rounds = design_rounds(design)
     k = int(design["exposure_slots"])
-    sched = state["extra"]["scheduler"]
-    withdrawn = _per_round(sched, "withdrawn")
-    shortfall = _per_round(sched, "shortfall")
+    sched = ExposureScheduler.from_state(state["extra"]["scheduler"])
     checked = exact = 0
     for r, rnd in enumerate(rounds):
         n = rnd.steps * k / max(len(rnd.pool), 1)
@@ -214,7 +240,8 @@ def check_soak(path: str | Path) -> dict[str, Any]:
         for m, p in rnd.pool.items():
             planned = round(p * rnd.steps)
             assert planned in (math.floor(n), math.ceil(n)), f"round {r}: {m} planned {planned}, not floor/ceil of {n}"
-            short = withdrawn.get(r, {}).get(m, 0) + shortfall.get(r, {}).get(m, 0)
+            acc = sched.accounts(r)
+            short = acc["withdrawn"].get(m, 0) + acc["shortfall"].get(m, 0)
             if finished:
                 assert planned - short <= got[m] <= planned, (
                     f"round {r}: {m} exposed {got[m]} times, planned {planned} (withdrawn or short {short})"
@@ -235,12 +262,6 @@ def check_soak(path: str | Path) -> dict[str, Any]:
         "memory_rounds_exact": exact,
         "memories": int(len(log.memories)) if log.memories is not None else 0,
     }
-
-
-def _per_round(sched: dict[str, Any], key: str) -> dict[int, dict[str, int]]:
-    """``{round: {memory: count}}`` from the scheduler state's per-round bookkeeping."""
-    raw = sched.get(f"{key}_by_round") or {}
-    return {int(r): {str(m): int(c) for m, c in d.items()} for r, d in raw.items()}
 
 
 def _all_slots(path: Path, cancelled: list[dict[str, Any]], pending: dict[int, dict[str, Any]]):

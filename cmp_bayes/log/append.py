@@ -206,6 +206,27 @@ class LogWriter:
         """Whether ``memories.jsonl`` has ``memory_id`` (in the store now, or deleted)."""
         return self._book.known(memory_id)
 
+    @property
+    def has_memories(self) -> bool:
+        """Whether the log tracks its store in ``memories.jsonl`` (without it every memory always is)."""
+        return self._book.tracked
+
+    def memory_alive(self, memory_id: str, step: int) -> bool:
+        """Whether the memory is in the store at ``step`` (always, when no store is tracked)."""
+        return self._book.in_store(str(memory_id), int(step))
+
+    def memory_records(self) -> list[dict[str, Any]]:
+        """Every ``memories.jsonl`` record (copies), in the file's order."""
+        return [dict(r) for r in self._book.records.values()]
+
+    def alive_memories(self, step: int) -> list[str]:
+        """Ids of the memories in the store at ``step``, in the file's order (empty when none is tracked)."""
+        return [m for m in self._book.records if self._book.in_store(m, int(step))]
+
+    def save_state(self) -> None:
+        """Rewrite ``live_state.json`` now (after an owner's state changed between steps)."""
+        self._save()
+
     def memory_text(self, memory_id: str) -> str | None:
         """The memory's ``text`` in ``memories.jsonl`` (None without one; LogError if unknown)."""
         return self._book.text(memory_id)
@@ -310,6 +331,11 @@ class LogWriter:
     def pending(self) -> list[int]:
         """Steps begun and not yet written or cancelled (with or without their outcome), in order."""
         return sorted(self._pending)
+
+    @property
+    def waiting(self) -> list[int]:
+        """Steps begun whose outcome has not arrived (a subset of :attr:`pending`), in order."""
+        return sorted(s for s, rec in self._pending.items() if rec["line"]["outcome"] is None)
 
     @property
     def cancelled(self) -> dict[int, str]:
