@@ -19,11 +19,34 @@ import pandas as pd
 from cmp_bayes.atomic import write_with
 from cmp_bayes.decision.costs import Costs
 from cmp_bayes.posterior.health import SamplerHealth
+from cmp_bayes.text import TEXT_COLUMN, add_text
 
 RETAIN: Final[str] = "retain"
 FORGET: Final[str] = "forget"
 DEFER: Final[str] = "defer"
 ACTIONS: Final[tuple[str, ...]] = (RETAIN, FORGET, DEFER)
+#: Columns of the decision table naming the log the decisions came from (one value each).
+PROVENANCE_COLUMNS: Final[tuple[str, ...]] = ("log_checksum", "log_id")
+#: Columns of the decision table, in order; a posterior with memory texts adds
+#: ``text`` right after ``memory_id``.
+COLUMNS: Final[tuple[str, ...]] = (
+    "memory_id",
+    "action",
+    "p_useful",
+    "expected_value",
+    "expected_loss_retain",
+    "expected_loss_forget",
+    "status",
+    "exposed",
+    "retrieved",
+    "in_store",
+    "mean_shift",
+    "rhat",
+    "forgettable",
+    "exposures_needed",
+    "reason",
+    *PROVENANCE_COLUMNS,
+)
 
 
 @dataclass(frozen=True)
@@ -75,6 +98,18 @@ class Decisions:
     capacity_shortfall : int
         Memories that would still have to go to meet ``costs.capacity`` but may
         not be forgotten (0 without a capacity or when it is met).
+    log_checksum : str
+        SHA-256 of the log the posterior was fitted to ("" when unknown); also
+        the table's ``log_checksum`` column, so a CSV can be checked when applied.
+    log_id : str or None
+        ``design.json``'s top-level ``log_id`` (live sessions write one); also
+        the ``log_id`` column.
+    store : any JSON value or None
+        ``design.json``'s top-level ``store``: the memory system's scope (e.g.
+        Mem0 filters) the decisions belong to.
+    texts : pandas.Series or None
+        Memory id -> full text (the posterior's ``memory_text``); the table's
+        ``text`` column holds the first characters, :meth:`to_csv` the whole text.
     """
 
     table: pd.DataFrame
@@ -82,6 +117,10 @@ class Decisions:
     health: SamplerHealth
     costs: Costs
     capacity_shortfall: int = 0
+    log_checksum: str = ""
+    log_id: str | None = None
+    store: Any = None
+    texts: pd.Series | None = None
 
     def __len__(self) -> int:
         return len(self.table)
@@ -138,9 +177,19 @@ class Decisions:
             )
         return " ".join(parts)
 
+    def csv_table(self) -> pd.DataFrame:
+        """The table as :meth:`to_csv` writes it: ``text`` holds each memory's full text."""
+        if self.texts is None or TEXT_COLUMN not in self.table:
+            return self.table
+        return add_text(self.table, self.texts, full=True)
+
     def to_csv(self, path: str | Path) -> Path:
-        """Write the table as CSV (no index), atomically; return the path."""
-        return write_with(path, lambda tmp: self.table.to_csv(tmp, index=False))
+        """Write the table as CSV (no index; full texts), atomically; return the path.
+
+        :func:`read_decisions_csv` reads it back and checks it.
+        """
+        table = self.csv_table()
+        return write_with(path, lambda tmp: table.to_csv(tmp, index=False))
 
     def to_dict(self) -> dict[str, Any]:
         """Everything but the table, as plain values (for JSON)."""
@@ -150,6 +199,9 @@ class Decisions:
             "health": self.health.to_dict(),
             "costs": self.costs.to_dict(),
             "capacity_shortfall": int(self.capacity_shortfall),
+            "log_checksum": self.log_checksum,
+            "log_id": self.log_id,
+            "store": self.store,
         }
 
     def __repr__(self) -> str:
@@ -161,4 +213,8 @@ class Decisions:
         )
 
     def _repr_html_(self) -> str:
-        return f"<p>{html.escape(self.summary())}</p>" + self.table.head(20).to_html(index=False)
+        # the provenance columns repeat one value on every row: said once above the table
+        shown = self.table.drop(columns=list(PROVENANCE_COLUMNS), errors="ignore").head(20)
+        source = f"<p>log checksum {html.escape(self.log_checksum or 'unknown')}"
+        source += f", log id {html.escape(self.log_id)}</p>" if self.log_id else "</p>"
+        return f"<p>{html.escape(self.summary())}</p>" + source + shown.to_html(index=False)
