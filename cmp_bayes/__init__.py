@@ -50,6 +50,7 @@ _LAZY: dict[str, str] = {
     "Costs": "cmp_bayes.decision.costs",
     "decide": "cmp_bayes.decision.rule",
     "Decisions": "cmp_bayes.decision.decisions",
+    "read_decisions_csv": "cmp_bayes.decision.decisions",
     "recommend_exposures": "cmp_bayes.decision.recommend",
     # report
     "report": "cmp_bayes.reporting.html",

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 from cmp_bayes.cli.options import DataclassFlags
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from cmp_bayes.decision.costs import Costs
     from cmp_bayes.decision.decisions import Decisions
 
@@ -112,6 +114,22 @@ def summary(decisions: Decisions, top: int = 10) -> str:
         for title, rows in sections:
             if len(rows):
                 lines.append(f"{title}: {len(rows)}, showing {min(top, len(rows))}")
-                for row in rows.head(top).itertuples(index=False):
-                    lines.append(f"  {row.memory_id:<14} {row.action:<7} {row.reason}")
+                lines += _rows(rows.head(top))
     return "\n".join(lines)
+
+
+def _rows(rows: pd.DataFrame) -> list[str]:
+    """One line per memory (id, action, reason); with texts, the text's start on the line
+    and the reason on the next, so the id is still the first thing read."""
+    from pandas import isna
+
+    out = []
+    has_text = "text" in rows
+    for row in rows.itertuples(index=False):
+        if not has_text:
+            out.append(f"  {row.memory_id:<14} {row.action:<7} {row.reason}")
+            continue
+        text = "" if isna(row.text) else f'"{row.text}"'
+        out.append(f"  {row.memory_id:<14} {row.action:<7} {text}".rstrip())
+        out.append(f"  {'':<14} {'':<7} {row.reason}")
+    return out

@@ -1,4 +1,4 @@
-"""``cmp-bayes diagnose LOG [--json]``: retrieval positivity of an exposure log."""
+"""``cmp-bayes diagnose LOG [--json] [-o FILE.csv]``: retrieval positivity of an exposure log."""
 
 from __future__ import annotations
 
@@ -19,13 +19,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="list at most N memories that are not identified (table output; default 15)",
     )
+    parser.add_argument(
+        "-o",
+        "--output",
+        default=None,
+        metavar="FILE.csv",
+        help="also write the per-memory table as CSV (atomic; with each memory's full text "
+        "when memories.jsonl has texts)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    """Read the log, diagnose it, print the table or the JSON summary."""
+    """Read the log, diagnose it, print the table or the JSON summary; write the CSV when asked."""
     from cmp_bayes.diagnostics.positivity import diagnose
     from cmp_bayes.log.read import read_log
 
-    report = diagnose(read_log(args.log))
+    log = read_log(args.log)
+    report = diagnose(log)
     sys.stdout.write(report.to_json() + "\n" if args.json else report.to_text(args.max_rows))
+    if args.output is not None:
+        from cmp_bayes.atomic import write_with
+        from cmp_bayes.text import add_text, texts_from_memories
+
+        table = add_text(report.memories, texts_from_memories(log.memories), full=True)
+        out = write_with(args.output, lambda tmp: table.to_csv(tmp, index=False, float_format="%.10g"))
+        # on stderr with --json, so stdout stays one JSON object
+        print(f"wrote {out} ({len(table)} memories)", file=sys.stderr if args.json else sys.stdout)
     return 0

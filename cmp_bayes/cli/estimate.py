@@ -1,4 +1,8 @@
-"""``cmp-bayes estimate LOG [--by query|group] [--method ...] -o FILE.csv``."""
+"""``cmp-bayes estimate LOG [--by query|group] [--method ...] -o FILE.csv``.
+
+The CSV has one row per memory (or memory x query / group cell) and, when the
+log's memories.jsonl has texts, a ``text`` column with each memory's full text.
+"""
 
 from __future__ import annotations
 
@@ -31,8 +35,13 @@ def run(args: argparse.Namespace) -> int:
     from cmp_bayes.atomic import write_with
     from cmp_bayes.estimators import estimate
     from cmp_bayes.log.read import read_log
+    from cmp_bayes.text import add_text, texts_from_memories
 
-    table = estimate(read_log(args.log), by=args.by, method=args.method)
+    log = read_log(args.log)
+    # the CSV carries each memory's whole text (the table's own column is its start)
+    table = add_text(
+        estimate(log, by=args.by, method=args.method), texts_from_memories(log.memories), full=True
+    )
     out = write_with(args.output, lambda tmp: table.to_csv(tmp, index=False, float_format="%.10g"))
     n_def = int(table["estimate"].notna().sum())
     sys.stdout.write(

@@ -9,6 +9,7 @@ stays with the object.
 
 from __future__ import annotations
 
+import csv
 import html
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,12 +19,36 @@ import pandas as pd
 
 from cmp_bayes.atomic import write_with
 from cmp_bayes.decision.costs import Costs
+from cmp_bayes.errors import ConfigError
 from cmp_bayes.posterior.health import SamplerHealth
+from cmp_bayes.text import TEXT_COLUMN, add_text
 
 RETAIN: Final[str] = "retain"
 FORGET: Final[str] = "forget"
 DEFER: Final[str] = "defer"
 ACTIONS: Final[tuple[str, ...]] = (RETAIN, FORGET, DEFER)
+#: Columns of the decision table naming the log the decisions came from (one value each).
+PROVENANCE_COLUMNS: Final[tuple[str, ...]] = ("log_checksum", "log_id")
+#: Columns of the decision table, in order; a posterior with memory texts adds
+#: ``text`` right after ``memory_id``.
+COLUMNS: Final[tuple[str, ...]] = (
+    "memory_id",
+    "action",
+    "p_useful",
+    "expected_value",
+    "expected_loss_retain",
+    "expected_loss_forget",
+    "status",
+    "exposed",
+    "retrieved",
+    "in_store",
+    "mean_shift",
+    "rhat",
+    "forgettable",
+    "exposures_needed",
+    "reason",
+    *PROVENANCE_COLUMNS,
+)
 
 
 @dataclass(frozen=True)
@@ -75,6 +100,18 @@ class Decisions:
     capacity_shortfall : int
         Memories that would still have to go to meet ``costs.capacity`` but may
         not be forgotten (0 without a capacity or when it is met).
+    log_checksum : str
+        SHA-256 of the log the posterior was fitted to ("" when unknown); also
+        the table's ``log_checksum`` column, so a CSV can be checked when applied.
+    log_id : str or None
+        ``design.json``'s top-level ``log_id`` (live sessions write one); also
+        the ``log_id`` column.
+    store : any JSON value or None
+        ``design.json``'s top-level ``store``: the memory system's scope (e.g.
+        Mem0 filters) the decisions belong to.
+    texts : pandas.Series or None
+        Memory id -> full text (the posterior's ``memory_text``); the table's
+        ``text`` column holds the first characters, :meth:`to_csv` the whole text.
     """
 
     table: pd.DataFrame
@@ -82,6 +119,10 @@ class Decisions:
     health: SamplerHealth
     costs: Costs
     capacity_shortfall: int = 0
+    log_checksum: str = ""
+    log_id: str | None = None
+    store: Any = None
+    texts: pd.Series | None = None
 
     def __len__(self) -> int:
         return len(self.table)
@@ -138,9 +179,19 @@ class Decisions:
             )
         return " ".join(parts)
 
+    def csv_table(self) -> pd.DataFrame:
+        """The table as :meth:`to_csv` writes it: ``text`` holds each memory's full text."""
+        if self.texts is None or TEXT_COLUMN not in self.table:
+            return self.table
+        return add_text(self.table, self.texts, full=True)
+
     def to_csv(self, path: str | Path) -> Path:
-        """Write the table as CSV (no index), atomically; return the path."""
-        return write_with(path, lambda tmp: self.table.to_csv(tmp, index=False))
+        """Write the table as CSV (no index; full texts), atomically; return the path.
+
+        :func:`read_decisions_csv` reads it back and checks it.
+        """
+        table = self.csv_table()
+        return write_with(path, lambda tmp: table.to_csv(tmp, index=False))
 
     def to_dict(self) -> dict[str, Any]:
         """Everything but the table, as plain values (for JSON)."""
@@ -150,6 +201,9 @@ class Decisions:
             "health": self.health.to_dict(),
             "costs": self.costs.to_dict(),
             "capacity_shortfall": int(self.capacity_shortfall),
+            "log_checksum": self.log_checksum,
+            "log_id": self.log_id,
+            "store": self.store,
         }
 
     def __repr__(self) -> str:
@@ -161,4 +215,131 @@ class Decisions:
         )
 
     def _repr_html_(self) -> str:
-        return f"<p>{html.escape(self.summary())}</p>" + self.table.head(20).to_html(index=False)
+        # the provenance columns repeat one value on every row: said once above the table
+        shown = self.table.drop(columns=list(PROVENANCE_COLUMNS), errors="ignore").head(20)
+        source = f"<p>log checksum {html.escape(self.log_checksum or 'unknown')}"
+        source += f", log id {html.escape(self.log_id)}</p>" if self.log_id else "</p>"
+        return f"<p>{html.escape(self.summary())}</p>" + source + shown.to_html(index=False)
+
+
+#: How each column of a decisions CSV is read back (other columns stay strings).
+_FLOAT_COLUMNS: Final[tuple[str, ...]] = (
+    "p_useful", "expected_value", "expected_loss_retain", "expected_loss_forget", "mean_shift", "rhat",
+)
+_INT_COLUMNS: Final[tuple[str, ...]] = ("exposed", "retrieved", "in_store")
+#: String columns where an empty cell means "none" (<NA>), not the empty string.
+_OPTIONAL_TEXT: Final[tuple[str, ...]] = (TEXT_COLUMN, "log_id")
+_REQUIRED: Final[tuple[str, ...]] = ("memory_id", "action")
+
+
+def read_decisions_csv(path: str | Path) -> pd.DataFrame:
+    """Read a decisions CSV (:meth:`Decisions.to_csv`, ``cmp-bayes decide -o``) back, checked.
+
+    Parameters
+    ----------
+    path : str or Path
+        The CSV file.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per memory, the file's columns in its order, typed as
+        ``Decisions.table``: ``memory_id``, ``action``, ``status``, ``reason``,
+        ``text``, ``log_checksum``, ``log_id`` as ``string`` (an empty
+        ``text`` or ``log_id`` is <NA>); probabilities, values and losses
+        float64; ``exposed``, ``retrieved``, ``in_store`` int64;
+        ``exposures_needed`` Int64; ``forgettable`` bool. Columns the file
+        lacks are not added (a CSV written before ``log_checksum`` existed
+        reads without it), so a caller that needs provenance checks for it.
+
+    Raises
+    ------
+    ConfigError
+        The file cannot be read as CSV, lacks a ``memory_id`` or ``action``
+        column, or has a bad row: an empty memory id, an action other than
+        retain / forget / defer, a memory listed twice, a cell that is not of
+        its column's type, a row of the wrong length, or rows naming more
+        than one log checksum. The message names the file, the line (1-based,
+        where the row starts: full texts may span lines) and the column.
+    """
+    path = Path(path)
+    header, rows, lines = _csv_records(path)
+    for col in _REQUIRED:
+        if col not in header:
+            raise ConfigError(
+                f"{path}, line 1: no column '{col}' (a decisions CSV starts "
+                f"{', '.join(COLUMNS[:3])}, ...; has {', '.join(header) or 'no columns'})"
+            )
+    frame = pd.DataFrame(rows, columns=header, dtype=object)
+
+    def bad(i: int, col: str, message: str) -> ConfigError:
+        return ConfigError(f"{path}, line {lines[i]}, column '{col}': {message}")
+
+    seen: dict[str, int] = {}
+    for i, (mid, act) in enumerate(zip(frame["memory_id"], frame["action"], strict=True)):
+        if mid == "":
+            raise bad(i, "memory_id", "missing memory id")
+        if act not in ACTIONS:
+            raise bad(i, "action", f"unknown action {act!r} (one of {', '.join(ACTIONS)})")
+        if mid in seen:
+            raise bad(i, "memory_id", f"memory {mid!r} is already on line {seen[mid]}")
+        seen[mid] = lines[i]
+    if "log_checksum" in frame and frame["log_checksum"].nunique() > 1:
+        i = int((frame["log_checksum"] != frame["log_checksum"].iloc[0]).to_numpy().argmax())
+        raise bad(i, "log_checksum", "rows from more than one log (another checksum than line "
+                  f"{lines[0]}'s): decisions apply to the log they were made from")
+    out: dict[str, pd.Series] = {}
+    for col in header:
+        raw = frame[col]
+        if col in _FLOAT_COLUMNS or col in _INT_COLUMNS or col == "exposures_needed":
+            num = pd.to_numeric(raw.where(raw != ""), errors="coerce")
+            wrong = (raw != "") & num.isna()
+            if col in _INT_COLUMNS:
+                wrong |= raw == ""
+            if col in _INT_COLUMNS or col == "exposures_needed":
+                wrong |= num.notna() & (num != num.round())
+            if wrong.any():
+                i = int(wrong.to_numpy().argmax())
+                kind = "a number" if col in _FLOAT_COLUMNS else "a whole number"
+                raise bad(i, col, f"expected {kind}, got {raw.iloc[i]!r}")
+            dtype = "float64" if col in _FLOAT_COLUMNS else "int64" if col in _INT_COLUMNS else "Int64"
+            out[col] = num.astype(dtype)
+        elif col == "forgettable":
+            wrong = ~raw.isin(("True", "False"))
+            if wrong.any():
+                i = int(wrong.to_numpy().argmax())
+                raise bad(i, col, f"expected True or False, got {raw.iloc[i]!r}")
+            out[col] = raw == "True"
+        else:
+            text = raw.astype("string")
+            out[col] = text.where(text != "") if col in _OPTIONAL_TEXT else text
+    return pd.DataFrame(out, columns=header)
+
+
+def _csv_records(path: Path) -> tuple[list[str], list[list[str]], list[int]]:
+    """Header, rows (cells as written) and the line each row starts on."""
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such decisions CSV")
+    rows: list[list[str]] = []
+    lines: list[int] = []
+    try:
+        with path.open(newline="", encoding="utf-8") as f:
+            reader = csv.reader(f)
+            header = next(reader, None)
+            if header is None:
+                raise ConfigError(f"{path}: empty file, not a decisions CSV")
+            start = reader.line_num + 1
+            for record in reader:
+                if record:  # csv yields [] for a blank line
+                    if len(record) != len(header):
+                        raise ConfigError(
+                            f"{path}, line {start}: {len(record)} fields, the header has {len(header)}"
+                        )
+                    rows.append(record)
+                    lines.append(start)
+                start = reader.line_num + 1
+    except csv.Error as exc:
+        raise ConfigError(f"{path}, line {reader.line_num}: not CSV ({exc})") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not a UTF-8 text file ({exc.reason})") from exc
+    return header, rows, lines

@@ -48,6 +48,7 @@ from cmp_bayes.decision.rule import (
 )
 from cmp_bayes.errors import ConfigError
 from cmp_bayes.posterior.io import as_posterior
+from cmp_bayes.text import add_text
 
 _GROUP_ORDER: dict[str, int] = {DEFER: 0, RETAIN: 1, FORGET: 2}
 
@@ -87,11 +88,12 @@ def recommend_exposures(
     Returns
     -------
     pandas.DataFrame
-        One row per memory, best first: rank (0-based), memory_id, action,
-        status, p_useful, exposed, exposures, loss_now, loss_after, voi (cost
-        units, clipped at 0: the exact VOI is never negative, a negative
-        Monte Carlo value is noise), selected (bool). ``attrs``: ``budget``,
-        ``exposures``, ``costs``, ``health``.
+        One row per memory, best first: rank (0-based), memory_id, [text:
+        the first 60 characters, when the posterior has memory texts,]
+        action, status, p_useful, exposed, exposures, loss_now, loss_after,
+        voi (cost units, clipped at 0: the exact VOI is never negative, a
+        negative Monte Carlo value is noise), selected (bool). ``attrs``: ``budget``,
+        ``exposures``, ``costs``, ``health``, ``log_checksum``, ``log_id``.
     """
     if isinstance(budget, bool) or not isinstance(budget, int | np.integer) or budget < 1:
         raise ConfigError(f"budget must be an integer >= 1, got {budget!r}")
@@ -163,11 +165,14 @@ def recommend_exposures(
     table.insert(0, "rank", np.arange(n, dtype="int64"))
     eligible = table["action"].to_numpy(dtype=object) != FORGET
     table["selected"] = eligible & (np.cumsum(eligible) <= budget)
+    table = add_text(table, result.texts)  # the start of each memory's text, when the posterior has it
     table.attrs.update(
         budget=int(budget),
         exposures=int(exposures),
         costs=costs.to_dict(),
         health=result.health.to_dict(),
+        log_checksum=result.log_checksum,
+        log_id=result.log_id,
     )
     return table
 
@@ -178,7 +183,9 @@ def pool_document(table: pd.DataFrame, source: str | None = None) -> dict[str, A
     ``pool`` is the list of selected memory ids, best first (what
     ``ExposureScheduler(pool=...)`` takes); the other keys record how it was
     chosen: ``value_of_information`` (id -> VOI, cost units), ``budget``,
-    ``exposures_per_memory``, ``costs``, ``posterior`` (the source path).
+    ``exposures_per_memory``, ``costs``, ``posterior`` (the source path),
+    ``log_checksum`` and ``log_id`` (the log the posterior was fitted to, so
+    the next design can be checked to run on the same store).
     """
     chosen = table[table["selected"]]
     return {
@@ -190,6 +197,8 @@ def pool_document(table: pd.DataFrame, source: str | None = None) -> dict[str, A
         "exposures_per_memory": int(table.attrs.get("exposures", 0)),
         "costs": table.attrs.get("costs"),
         "posterior": source,
+        "log_checksum": table.attrs.get("log_checksum"),
+        "log_id": table.attrs.get("log_id"),
     }
 
 

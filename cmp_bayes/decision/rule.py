@@ -51,12 +51,22 @@ import xarray as xr
 
 from cmp_bayes.constants import IDENTIFIED
 from cmp_bayes.decision.costs import Costs
-from cmp_bayes.decision.decisions import ACTIONS, DEFER, FORGET, RETAIN, DecisionRule, Decisions
+from cmp_bayes.decision.decisions import (
+    ACTIONS,
+    COLUMNS,
+    DEFER,
+    FORGET,
+    RETAIN,
+    DecisionRule,
+    Decisions,
+)
 from cmp_bayes.decision.draws import MemoryDraws
 from cmp_bayes.decision.preposterior import exposures_to_resolve
 from cmp_bayes.decision.reasons import note_shortfall, reason_texts, why_not_allowed
 from cmp_bayes.posterior.health import memory_rhat, sampler_health
 from cmp_bayes.posterior.io import as_posterior
+from cmp_bayes.posterior.provenance import memory_texts, provenance
+from cmp_bayes.text import add_text
 
 __all__ = [
     "ACTIONS",
@@ -70,24 +80,6 @@ __all__ = [
     "decide",
 ]
 
-#: Columns of the decision table, in order.
-COLUMNS: Final[tuple[str, ...]] = (
-    "memory_id",
-    "action",
-    "p_useful",
-    "expected_value",
-    "expected_loss_retain",
-    "expected_loss_forget",
-    "status",
-    "exposed",
-    "retrieved",
-    "in_store",
-    "mean_shift",
-    "rhat",
-    "forgettable",
-    "exposures_needed",
-    "reason",
-)
 #: Draws per memory used for ``exposures_needed`` (evenly thinned): the
 #: preposterior probabilities are means over draws, so 500 draws give them a
 #: Monte Carlo sd of at most sqrt(.25 / 500) ~ 0.02 before reweighting.
@@ -124,11 +116,17 @@ def decide(posterior: xr.DataTree | str | Path, costs: Costs | None = None) -> D
         (bool: the guards allow a forget, whatever the costs say);
         ``exposures_needed`` (Int64, defer rows only: extra exposures after
         which the rule can decide; <NA> elsewhere, and where more than
-        ``MAX_EXPOSURES`` would be needed); ``reason``, a sentence. Beside
-        it: ``rule`` (estimand variable, threshold, ``forget_below``, costs),
-        ``health`` (:func:`cmp_bayes.posterior.health.sampler_health` with the
-        thresholds of ``costs``), ``costs``, ``capacity_shortfall`` (memories
-        capacity would still need gone), ``counts()`` and ``summary()``.
+        ``MAX_EXPOSURES`` would be needed); ``reason``, a sentence;
+        ``log_checksum`` and ``log_id`` (the posterior's log, the same on
+        every row; <NA> log id without one); and, when the posterior carries
+        memory texts, ``text`` after ``memory_id`` (the first 60 characters;
+        ``to_csv`` writes the whole text). Beside it: ``rule`` (estimand
+        variable, threshold, ``forget_below``, costs), ``health``
+        (:func:`cmp_bayes.posterior.health.sampler_health` with the thresholds
+        of ``costs``), ``costs``, ``capacity_shortfall`` (memories capacity
+        would still need gone), ``log_checksum``, ``log_id``, ``store``
+        (:func:`cmp_bayes.posterior.provenance.provenance`), ``texts``,
+        ``counts()`` and ``summary()``.
 
     Raises
     ------
@@ -240,6 +238,11 @@ def decide(posterior: xr.DataTree | str | Path, costs: Costs | None = None) -> D
         warnings.warn(
             "no memory forgotten: " + "; ".join(health.problems), DecisionWarning, stacklevel=2
         )
+    source = provenance(dt.attrs)
+    frame["log_checksum"] = pd.Series([source["log_checksum"]] * n, dtype="string")
+    frame["log_id"] = pd.Series([source["log_id"]] * n, dtype="string")
+    texts = memory_texts(dt)
+    frame = add_text(frame, texts)
     rule = DecisionRule(
         variable=draws.variable,
         threshold=costs.threshold,
@@ -248,7 +251,15 @@ def decide(posterior: xr.DataTree | str | Path, costs: Costs | None = None) -> D
         retain_cost=costs.retain_cost,
     )
     return Decisions(
-        table=frame, rule=rule, health=health, costs=costs, capacity_shortfall=int(shortfall)
+        table=frame,
+        rule=rule,
+        health=health,
+        costs=costs,
+        capacity_shortfall=int(shortfall),
+        log_checksum=source["log_checksum"],
+        log_id=source["log_id"],
+        store=source["store"],
+        texts=texts,
     )
 
 

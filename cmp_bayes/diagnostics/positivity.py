@@ -29,6 +29,7 @@ from cmp_bayes.constants import IDENTIFIED, RETRIEVED_ONLY, UNIDENTIFIED
 from cmp_bayes.diagnostics.eligibility import cancelled_steps, eligible_pool, eligible_window
 from cmp_bayes.log.schema import ExposureLog
 from cmp_bayes.statistics.pandas_engine import lifetimes
+from cmp_bayes.text import add_text, texts_from_memories
 
 
 def identification_status(stats: xr.Dataset) -> xr.DataArray:
@@ -82,12 +83,15 @@ class PositivityReport:
         (nullable bool: True if any label says the memory is required for
         some query; <NA> without labels), ``eligible_pool`` and
         ``eligible_window`` (bool: ever eligible under the design's pool arm /
-        a window design's window arm).
+        a window design's window arm); when the log's memories have texts,
+        ``text`` after ``memory_id`` (the first 60 characters; <NA> for a
+        memory without one).
     pairs : pandas.DataFrame
         One row per (memory, query) with the memory in the store at some step
         of the query: ``memory_id``, ``query_id`` and the same columns,
         counted over that query's steps (``required`` from the pair's label;
-        False for an unlabelled pair when the log has labels).
+        False for an unlabelled pair when the log has labels), and ``text``
+        after ``query_id`` as in ``memories``.
     summary : dict
         Counts and checks, exactly what ``to_json`` prints (see ``diagnose``).
     """
@@ -163,15 +167,17 @@ class PositivityReport:
             req = todo["required"].fillna(False).astype(bool)
             todo = todo.assign(_r=~req).sort_values(["_r", "status", "rank_median", "memory_id"])
             lines += ["", f"memories not identified ({len(todo)}; first {min(max_rows, len(todo))}):"]
+            has_text = "text" in todo
             lines.append(
                 f"  {'memory_id':<24}{'status':<16}{'retrieved':>10}{'in_store':>10}"
-                f"{'rank_median':>13}{'required':>10}"
+                f"{'rank_median':>13}{'required':>10}" + ("  text" if has_text else "")
             )
             for row in todo.head(max_rows).itertuples():
+                text = f"  {row.text}" if has_text and not pd.isna(row.text) else ""
                 lines.append(
                     f"  {str(row.memory_id)[:23]:<24}{row.status:<16}{row.retrieved:>10}"
                     f"{row.in_store:>10}{_num(row.rank_median):>13}"
-                    f"{'' if pd.isna(row.required) else str(bool(row.required)):>10}"
+                    f"{'' if pd.isna(row.required) else str(bool(row.required)):>10}{text}"
                 )
         return "\n".join(lines) + "\n"
 
@@ -235,6 +241,9 @@ def diagnose(log: ExposureLog) -> PositivityReport:
     pairs = _pairs(qstats, req_pair)
     mem["eligible_pool"], pairs["eligible_pool"] = eligible_pool(log, memory, pairs)
     mem["eligible_window"], pairs["eligible_window"] = eligible_window(log, memory, pairs)
+    # the start of each memory's text beside its id, when memories.jsonl has texts
+    texts = texts_from_memories(log.memories)
+    mem, pairs = add_text(mem, texts), add_text(pairs, texts)
 
     counts = mem["status"].value_counts()
     pcounts = pairs["status"].value_counts()

@@ -112,12 +112,16 @@ def estimate(log: ExposureLog, by: Literal["query", "group"] | None = None, meth
         (identification status of the cell), ``retrieved``, ``exposed``,
         ``control``, ``in_store`` (numbers of steps), ``estimate`` (outcome
         units; NaN where the method is undefined, e.g. no exposure),
-        ``std_error`` (same units; NaN where undefined), ``method``.
+        ``std_error`` (same units; NaN where undefined), ``method``; when the
+        log's memories have texts, ``text`` after the key columns (the first
+        60 characters; <NA> for a memory without one).
     """
     from cmp_bayes.statistics import exposure_stats
+    from cmp_bayes.text import add_text, texts_from_memories
 
     balanced = (log.design or {}).get("assignment") == "balanced"
-    return estimate_from_stats(exposure_stats(log, by=by), method=method, balanced=balanced)
+    table = estimate_from_stats(exposure_stats(log, by=by), method=method, balanced=balanced)
+    return add_text(table, texts_from_memories(log.memories))
 
 
 __all__ = ["COLUMNS", "METHODS", "estimate", "estimate_from_stats"]

@@ -69,7 +69,10 @@ def fit(
         fail the sampler-health verdict is rerun on the schedule of
         ``SamplerConfig.max_attempts``; the root attributes ``fit_attempts``
         (JSON, every attempt) and ``fit_attempt_kept`` (the attempt whose draws
-        these are: the first healthy one, else the last) record it.
+        these are: the first healthy one, else the last) record it. From an
+        ExposureLog whose memories have text the posterior group carries the
+        ``memory_text`` coordinate, and design.json's ``log_id`` and ``store``
+        become root attributes (:mod:`cmp_bayes.posterior.provenance`).
 
     Raises
     ------
@@ -154,6 +157,7 @@ def memory_inputs(log: ExposureLog | xr.Dataset) -> tuple[xr.Dataset, np.ndarray
         return stats, group, meta
     if not isinstance(log, ExposureLog):
         raise ConfigError(f"fit needs an ExposureLog or a statistics Dataset, got {type(log).__name__}")
+    from cmp_bayes.posterior.provenance import log_provenance
     from cmp_bayes.statistics import exposure_stats
     from cmp_bayes.statistics.groups import is_grouped, main_group
 
@@ -163,6 +167,7 @@ def memory_inputs(log: ExposureLog | xr.Dataset) -> tuple[xr.Dataset, np.ndarray
     meta = {
         "log_checksum": str(log.checksum or stats.attrs.get("log_checksum", "") or ""),
         "log_path": str(log.source or ""),
+        **log_provenance(log),  # memory texts, design.json's log_id and store
     }
     return stats, group, meta
 
@@ -186,6 +191,7 @@ def fit_stats(
     from cmp_bayes.model.recover import recover
     from cmp_bayes.model.sampling import attempts_json, sample_until_healthy
     from cmp_bayes.posterior.identification import identification_group
+    from cmp_bayes.posterior.provenance import with_memory_text
 
     if stats.sizes.get("memory", 0) == 0:
         raise ConfigError("the log has no memories to fit")
@@ -252,6 +258,8 @@ def fit_stats(
     }
     if rec.log_lik is not None:
         groups["log_likelihood"] = log_likelihood_group(rec.log_lik, post, data)
+    if meta.get("memory_text") is not None:
+        groups["posterior"] = with_memory_text(groups["posterior"], meta["memory_text"])
     tree = xr.DataTree.from_dict(groups)
     by = "memory" if pair_stats is None else "query"
     tree.attrs.update(root_attrs(config, scfg, meta, data.outcome_kind, by=by))
@@ -374,6 +382,7 @@ def predictive(
 
 def root_attrs(config: ModelConfig, scfg: SamplerConfig, meta: dict, outcome_kind: str, by: str) -> dict:
     """Root attributes of the posterior contract."""
+    from cmp_bayes.posterior.provenance import provenance_attrs
     from cmp_bayes.version import __version__
 
     return {
@@ -385,6 +394,7 @@ def root_attrs(config: ModelConfig, scfg: SamplerConfig, meta: dict, outcome_kin
         "outcome_kind": outcome_kind,
         "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "by": by,
+        **provenance_attrs(meta),  # log_id, store: only when the design has them
     }
 
 

@@ -99,8 +99,15 @@ REQUIRED_ATTRS: tuple[str, ...] = (
 #: Root attributes a posterior may carry: ``fit_attempts`` (JSON list, one object per
 #: NUTS attempt of fit's retry schedule; see :func:`fit_attempts`) and
 #: ``fit_attempt_kept`` (int, the attempt whose draws the posterior holds). Posteriors
-#: written before retries existed, and synthetic ones, have neither.
-OPTIONAL_ATTRS: tuple[str, ...] = ("fit_attempts", "fit_attempt_kept")
+#: written before retries existed, and synthetic ones, have neither. ``log_id`` (str)
+#: and ``store`` (JSON) are the fitted log's ``design.json`` top-level fields of the
+#: same names (a live session's log id and the memory system's scope), copied by
+#: ``fit`` when the design has them; see :mod:`cmp_bayes.posterior.provenance`.
+OPTIONAL_ATTRS: tuple[str, ...] = ("fit_attempts", "fit_attempt_kept", "log_id", "store")
+#: Non-dimension coordinate along ``memory`` of the ``posterior`` group: each memory's
+#: text from the log's ``memories.jsonl`` ("" for a memory without one). Present only
+#: when the fitted log had texts; see :mod:`cmp_bayes.posterior.provenance`.
+MEMORY_TEXT: str = "memory_text"
 #: Keys of each object in ``fit_attempts``.
 FIT_ATTEMPT_KEYS: tuple[str, ...] = (
     "attempt", "seed", "target_accept", "tune", "divergences", "max_rhat", "worst_variable",

@@ -21,6 +21,7 @@ from cmp_bayes.errors import PosteriorError
 from cmp_bayes.posterior.contract import (
     BY_QUERY,
     GROUPS,
+    MEMORY_TEXT,
     REQUIRED_ATTRS,
     REQUIRED_GROUPS,
     SAMPLE_DIMS,
@@ -134,7 +135,8 @@ def check_posterior(dt: xr.DataTree, where: str = "posterior") -> None:
     required ones must exist; the others, when present, must hold their
     variables), each variable's dims in the memory-level or per-query form
     (``by`` root attribute, else a ``query`` dim on ``posterior.tau``), the
-    memory ids of ``identification`` against ``posterior``, and the root
+    memory ids of ``identification`` against ``posterior``, the optional
+    ``memory_text`` coordinate (along ``memory`` only), and the root
     attributes. The message names ``where`` (the file) and everything missing.
     """
     if not isinstance(dt, xr.DataTree):
@@ -170,6 +172,11 @@ def check_posterior(dt: xr.DataTree, where: str = "posterior") -> None:
         raise PosteriorError(f"{where}: 'identification' and 'posterior' disagree on the memory ids")
     if "log_likelihood" in dt.children:
         _check_log_likelihood(dt, post, where)
+    if MEMORY_TEXT in post.coords and post[MEMORY_TEXT].dims != ("memory",):
+        raise PosteriorError(
+            f"{where}: posterior coordinate '{MEMORY_TEXT}' must be along ('memory',), "
+            f"has {post[MEMORY_TEXT].dims}"
+        )
     missing = [a for a in REQUIRED_ATTRS if a not in dt.attrs]
     if missing:
         lead = "not a cmp_bayes posterior: " if "cmp_bayes_version" in missing else ""

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from cmp_bayes.reporting.blocks import Section, fmt, paragraph_html, table_html, table_md
+from cmp_bayes.text import add_text, texts_from_memories
 
 if TYPE_CHECKING:
     from cmp_bayes.decision.decisions import Decisions
@@ -16,8 +17,19 @@ if TYPE_CHECKING:
 ROWS_PER_ACTION: int = 15
 
 
-def decisions_section(decisions: Decisions | None, note: str = "", log: Any = None) -> Section:
-    """The decision table under the given (default) costs, with reasons."""
+def decisions_section(
+    decisions: Decisions | None,
+    note: str = "",
+    log: Any = None,
+    *,
+    texts: pd.Series | None = None,
+) -> Section:
+    """The decision table under the given (default) costs, with reasons.
+
+    Rows show the start of each memory's text (``text``) from the decisions
+    (the posterior's ``memory_text``), else from ``texts`` (memory id -> text),
+    else from ``log``'s memories file.
+    """
     lead = (
         "retain / forget / defer per memory from the asymmetric Bayes rule (forgetting a useful "
         "memory costs more than keeping a useless one). A memory the design cannot identify is "
@@ -31,9 +43,10 @@ def decisions_section(decisions: Decisions | None, note: str = "", log: Any = No
         [{"action": a, "memories": int(acts.get(a, 0))} for a in ("retain", "forget", "defer")]
     )
     shown = _consequential(decisions.table)
-    text = _memory_text(log)
-    if text is not None:
-        shown = shown.merge(text, on="memory_id", how="left")
+    if "text" not in shown:
+        if texts is None and log is not None:
+            texts = texts_from_memories(getattr(log, "memories", None))
+        shown = add_text(shown, texts)
     more = (
         f"Showing {len(shown)} of {len(decisions):,} rows: up to {ROWS_PER_ACTION} per action, "
         "defers first (they need an exposure), then forgets (irreversible; riskiest first), "
@@ -67,6 +80,7 @@ def _consequential(decisions: pd.DataFrame) -> pd.DataFrame:
         c
         for c in (
             "memory_id",
+            "text",
             "action",
             "status",
             "p_useful",
@@ -88,13 +102,3 @@ def _consequential(decisions: pd.DataFrame) -> pd.DataFrame:
             sub = sub.sort_values(key, ascending=ascending, kind="stable")
         parts.append(sub[cols].head(ROWS_PER_ACTION))
     return pd.concat(parts, ignore_index=True)
-
-
-def _memory_text(log: Any) -> pd.DataFrame | None:
-    mem = getattr(log, "memories", None)
-    if mem is None or "text" not in mem or mem["text"].isna().all():
-        return None
-    text = mem[["memory_id", "text"]].copy()
-    text["memory_id"] = text["memory_id"].astype(str)
-    text["text"] = text["text"].astype(str).str.slice(0, 80)
-    return text

@@ -102,12 +102,15 @@ def table_md(frame: pd.DataFrame) -> str:
         return "_(none)_\n"
     cols = [str(c) for c in frame.columns]
 
-    def cell(v: Any) -> str:
-        return fmt(v).replace("|", "\\|").replace("\n", " ")
+    def cell(v: Any, col: str) -> str:
+        out = fmt(v).replace("|", "\\|").replace("\n", " ")
+        # a memory's text is the user's, not ours: a "<" in it must not open raw HTML
+        return out.replace("<", "\\<") if col == "text" else out
 
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     lines += [
-        "| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(index=False)
+        "| " + " | ".join(cell(v, c) for v, c in zip(row, cols, strict=True)) + " |"
+        for row in frame.itertuples(index=False)
     ]
     return "\n".join(lines) + "\n"
 

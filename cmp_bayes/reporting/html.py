@@ -14,6 +14,7 @@ import html as html_lib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pandas as pd
 import xarray as xr
 
 from cmp_bayes.atomic import write_text_atomic
@@ -56,8 +57,10 @@ def report(
         behind the decisions (``decisions.costs``, else ``costs``, else the
         package defaults), so it gives the verdict that gated the forgets.
     log : ExposureLog, optional
-        The log the posterior was fitted to: adds memory texts to the decision
-        table where the log's memories file has them.
+        The log the posterior was fitted to: its memories file gives the
+        memory texts when the posterior has no ``memory_text`` coordinate
+        (posteriors fitted before it existed). Every table row that names a
+        memory shows the first 60 characters of its text when either has them.
 
     Returns
     -------
@@ -72,6 +75,7 @@ def report(
     from cmp_bayes.reporting import actions, checks
     from cmp_bayes.reporting import sections as sec
     from cmp_bayes.reporting.blocks import identification_frame
+    from cmp_bayes.text import add_text
 
     tree = as_posterior(posterior)
     if not isinstance(tree, xr.DataTree) or "posterior" not in tree.children:
@@ -92,7 +96,9 @@ def report(
     )
     health = sampler_health(tree, **thresholds)
     hyper = health.hyperparameters
-    ident = identification_frame(tree)
+    texts = _texts(tree, log)
+    # memory rows everywhere (forest, unidentified list) show the start of the text
+    ident = add_text(identification_frame(tree), texts)
 
     sections = [
         sec.overview(health, ident, decisions, tree),
@@ -102,7 +108,7 @@ def report(
         sec.forest_section(tree, ident),
         sec.identification_section(tree, ident),
         checks.ppc_section(tree),
-        actions.decisions_section(decisions, note, log),
+        actions.decisions_section(decisions, note, texts=texts),
         checks.loo_section(tree),
     ]
     title = f"cmp_bayes report: {_name(tree, out_dir)}"
@@ -123,6 +129,17 @@ def report(
     write_text_atomic(out_dir / INDEX_HTML, page)
     write_text_atomic(out_dir / SUMMARY_MD, _markdown(title, subtitle, sections))
     return out_dir / INDEX_HTML
+
+
+def _texts(tree: xr.DataTree, log: Any) -> pd.Series | None:
+    """Memory texts: the posterior's ``memory_text``, else the log's memories file."""
+    from cmp_bayes.posterior.provenance import memory_texts
+    from cmp_bayes.text import texts_from_memories
+
+    texts = memory_texts(tree)
+    if texts is None and log is not None:
+        texts = texts_from_memories(getattr(log, "memories", None))
+    return texts
 
 
 def _decide(tree: xr.DataTree, costs: Any) -> tuple[Decisions | None, str]:

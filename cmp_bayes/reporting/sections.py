@@ -76,6 +76,8 @@ def overview(
         "cmp_bayes": attrs.get("cmp_bayes_version", "?"),
         "intervals": f"{CI_PROB:.0%} {CI_KIND.upper()}",
     }
+    if attrs.get("log_id"):
+        meta["log id"] = attrs["log_id"]  # a live session's log: what decisions are checked against
     lead = (
         "Read the sampler verdict first: if it fails, nothing below is reliable. Then the "
         "identification panel: it says which memories the log can judge at all."
@@ -247,7 +249,10 @@ def trace_rank_section(posterior: xr.DataTree, hyper: list[str]) -> Section:
 def forest_section(posterior: xr.DataTree, ident: pd.DataFrame) -> Section:
     """Forest plot of memory-level tau for the most useful and the most harmful memories."""
     var = memory_var(posterior, "tau")
-    summ = tau_summary(posterior).merge(ident[["memory_id", "status"]], on="memory_id", how="left")
+    keep = [c for c in ("memory_id", "text", "status") if c in ident]
+    summ = tau_summary(posterior).merge(ident[keep], on="memory_id", how="left")
+    if "text" in summ:
+        summ.insert(1, "text", summ.pop("text"))  # beside the id, as in every table
     ordered = summ.sort_values("tau_mean", ascending=False, kind="stable")
     k = FOREST_EACH_END
     chosen = ordered if len(ordered) <= 2 * k else pd.concat([ordered.head(k), ordered.tail(k)])
@@ -319,7 +324,7 @@ def identification_section(posterior: xr.DataTree, ident: pd.DataFrame) -> Secti
     unid = ident[ident["status"] == UNIDENTIFIED]
     cols = [
         c
-        for c in ("memory_id", "retrieved", "exposed", "in_store", "mean_shift", "contraction")
+        for c in ("memory_id", "text", "retrieved", "exposed", "in_store", "mean_shift", "contraction")
         if c in unid
     ]
     listed = unid[cols].head(MAX_LISTED)
