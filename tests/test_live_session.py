@@ -225,3 +225,11 @@ def test_soak_with_kills(tmp_path: Path) -> None:
     assert out["steps"] + out["cancelled"] + out["pending"] == 400
     assert out["reported"] > 0 and out["rounds"] >= 6
     assert out["memory_rounds_exact"] > 0.8 * out["memory_rounds_checked"]
+
+
+def test_soak_window_design_with_kills(tmp_path: Path) -> None:
+    from cmp_bayes.live.soak import soak
+
+    out = soak(tmp_path, steps=300, kills=3, seed=2, timeout=240, window=8, pool_slots=1)
+    assert out["kills"] == 3
+    assert out["steps"] + out["cancelled"] + out["pending"] == 300

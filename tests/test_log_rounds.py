@@ -179,3 +179,24 @@ def test_window_design_in_rounds(tmp_path):
     with pytest.raises(LogError) as exc:
         read_log(write_jsonl(tmp_path / "log2", design, steps, memories))
     assert (exc.value.line, exc.value.field) == (t + 1, f"context[{j}].propensity"), str(exc.value)
+
+
+def test_a_propensity_that_changes_between_rounds_has_no_single_value(tmp_path, parts):
+    from cmp_bayes.estimators import estimate
+    from cmp_bayes.log.design import varying_propensity
+
+    design, steps, memories = parts
+    log = read_log(write_jsonl(tmp_path / "log", design, steps, memories))
+    r0, r1 = (r["pool"] for r in design["rounds"])
+    changed = {m for m in r0 if m in r1 and abs(r0[m] - r1[m]) > 1e-12}
+    assert changed and varying_propensity(log.design) == changed
+    stats = exposure_stats(log)
+    for m in changed:  # still a pool memory, but no one propensity: IPW is undefined, Hajek is not
+        assert bool(stats["in_pool"].sel(memory=m)) and np.isnan(float(stats["propensity"].sel(memory=m)))
+    same = sorted(set(r0) & set(r1) - changed) + ["m15"]
+    assert all(np.isfinite(float(stats["propensity"].sel(memory=m))) for m in same)
+    ipw = estimate(log, method="ipw").set_index("memory_id")
+    hajek = estimate(log, method="hajek").set_index("memory_id")
+    exposed = {m for m in changed if int(stats["exposed"].sel(memory=m)) > 1}
+    assert exposed and all(np.isnan(ipw.loc[m, "estimate"]) for m in exposed)
+    assert all(np.isfinite(hajek.loc[m, "estimate"]) for m in exposed)

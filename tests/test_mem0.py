@@ -206,7 +206,8 @@ def test_ranking_logged_once_per_query(mem0_run: dict[str, Any]) -> None:
 def test_delegation_and_refusals(mem0_run: dict[str, Any], tmp_path: Path) -> None:
     cmp, memory, ids = mem0_run["cmp"], mem0_run["memory"], mem0_run["ids"]
     assert cmp.get(ids[0]) == memory.get(ids[0])
-    assert cmp.add.__self__ is memory  # every other method is Mem0's own
+    assert cmp.get_all.__self__ is memory  # every method but the lifecycle ones is Mem0's own
+    assert cmp.add.__self__ is cmp  # add / update / delete are recorded in the log
     with pytest.raises(ConfigError, match="top_k"):
         cmp.search("anything", filters={"user_id": USER}, top_k=3)
     other = ExposureScheduler(B, K, ids[:5], 10)

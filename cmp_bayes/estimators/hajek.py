@@ -33,6 +33,15 @@ each arm's variance is replaced by its upper bound for outcomes in [0, 1],
 ``ybar (1 - ybar) n / (n - 1)`` (never below the sample variance; equal to it
 for binary outcomes).
 
+Designs in rounds (the spec's open-ended form): the arm means pool the
+rounds. When a memory's propensity is the same in every round this is the
+Hajek estimator exactly; when it changes (the pool grew or shrank) the exposed
+mean weights each round by its exposures and the control mean by its control
+steps, so the estimate also assumes the outcome's baseline does not drift
+between rounds (the per-step 1/pi weights would weight every round by its
+steps). Memories whose propensity changes are flagged by a NaN ``propensity``
+in the statistics.
+
 Undefined cells (no exposure, no control step, or fewer than two of either
 for the variance) are NaN, never 0.
 """

@@ -16,7 +16,8 @@ Variance: per step the HT term ``X = E Y1/pi - (1 - E) Y0/(1 - pi)`` has
 ``Var X = Y1^2/pi + Y0^2/(1 - pi) - (Y1 - Y0)^2 <= Y1^2/pi + Y0^2/(1 - pi)``
 (independent per-step inclusion), and the bound is estimated without bias by
 ``(sum_E Y^2 / pi^2 + sum_C Y^2 / (1 - pi)^2) / N^2``: conservative.
-NaN where m was never exposed or has no propensity.
+NaN where m was never exposed or has no propensity (none in the design, or one
+that changes between the rounds of an open-ended design: no single pi then).
 """
 
 from __future__ import annotations

@@ -335,8 +335,12 @@ class CMPMemory:
         return res
 
     def delete(self, memory_id: str) -> Any:
-        """Mem0's ``delete``; the deletion is recorded in the log."""
-        res = self.memory.delete(memory_id)
+        """Mem0's ``delete``; the deletion is recorded in the log.
+
+        A memory Mem0 no longer holds (deleted behind the wrapper's back, or a
+        crash between Mem0's delete and the log's record) is only recorded.
+        """
+        res = self.memory.delete(memory_id) if self.memory.get(memory_id) is not None else None
         self.session.delete(memory_id)
         return res
 

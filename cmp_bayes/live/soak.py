@@ -64,6 +64,9 @@ class AgentConfig:
     max_delay: int = 6
     expire_after_steps: int = 15
     positions: str = "random"
+    #: a window design (``window`` > 0): ``k - pool_slots`` slots from each step's near misses
+    window: int = 0
+    pool_slots: int = 0
 
 
 def _rng(seed: int, t: int, what: int) -> np.random.Generator:
@@ -90,6 +93,9 @@ def run_agent(path: str | Path, steps: int, seed: int = 0, cfg: AgentConfig = Ag
         exposure_slots=cfg.exposure_slots if fresh else None,
         memories=init if fresh else None,
         round_steps=cfg.round_steps if fresh else None,
+        assignment="window" if cfg.window else "balanced",
+        window=cfg.window or None,
+        pool_slots=cfg.pool_slots,
         positions=cfg.positions,
         seed=seed,
         expire_after_steps=cfg.expire_after_steps,
@@ -151,20 +157,34 @@ def _churn(session: LiveSession, seed: int, t: int, cfg: AgentConfig) -> None:
             session.update(session.store_id(lid), text=f"edited at step {t}")
 
 
-def soak(path: str | Path, steps: int, kills: int, seed: int = 0, timeout: float = 600.0) -> dict[str, Any]:
+def soak(
+    path: str | Path,
+    steps: int,
+    kills: int,
+    seed: int = 0,
+    timeout: float = 600.0,
+    window: int = 0,
+    pool_slots: int = 0,
+    worker: str = "cmp_bayes.live.soak",
+) -> dict[str, Any]:
     """Run the agent in a child process, ``SIGKILL`` it ``kills`` times, restart it, check the log.
 
     Kills alternate between two kinds: from outside, at a random moment after
     the agent is running (anywhere, a write included), and by the agent
     itself at a random step and point within it (between the lifecycle
     change, the step's opening and the outcome reports), so both the timing
-    and the code path vary. Returns :func:`check_soak`'s summary plus
-    ``kills`` (kills delivered) and ``seconds``.
+    and the code path vary. ``worker`` is the module whose ``--worker`` entry
+    runs the agent (``cmp_bayes.integrations.mem0_soak`` for the agent on an
+    offline Mem0 store). Returns :func:`check_soak`'s summary plus ``kills``
+    (kills delivered) and ``seconds``.
     """
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
-    cmd = [sys.executable, "-m", "cmp_bayes.live.soak", str(path), "--steps", str(steps), "--seed", str(seed), "--worker"]
+    cmd = [
+        sys.executable, "-m", worker, str(path), "--steps", str(steps), "--seed", str(seed),
+        "--window", str(window), "--pool-slots", str(pool_slots), "--worker",
+    ]
     start = time.monotonic()
     delivered = attempts = 0
     while not (path / DONE).is_file():
@@ -178,7 +198,7 @@ def soak(path: str | Path, steps: int, kills: int, seed: int = 0, timeout: float
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         attempts += 1
         if delivered < kills and outside:
-            proc.stdout.readline()  # "ready": the log is open
+            proc.stdout.readline()  # type: ignore[union-attr]  # "ready": the log is open
             try:
                 proc.wait(timeout=float(rng.uniform(0.0, 0.3)))
             except subprocess.TimeoutExpired:
@@ -231,10 +251,10 @@ def check_soak(path: str | Path) -> dict[str, Any]:
     sched = ExposureScheduler.from_state(state["extra"]["scheduler"])
     checked = exact = 0
     for r, rnd in enumerate(rounds):
-        n = rnd.steps * k / max(len(rnd.pool), 1)
+        n = rnd.steps * (k if "window" not in design else int(design.get("pool_slots", 0))) / max(len(rnd.pool), 1)
         got = Counter(
             slot["memory_id"] for s, slot in contexts
-            if rnd.start <= s < rnd.stop and slot["source"] == "exposure"
+            if rnd.start <= s < rnd.stop and slot["source"] == "exposure" and slot.get("arm") != "window"
         )
         finished = rnd.stop <= top + 1
         for m, p in rnd.pool.items():
@@ -285,12 +305,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=2000)
     p.add_argument("--kills", type=int, default=10)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--window", type=int, default=0, help="a window design with this W (0: balanced)")
+    p.add_argument("--pool-slots", type=int, default=0, help="j of a window design")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.worker:
-        run_agent(a.path, a.steps, a.seed)
+        run_agent(a.path, a.steps, a.seed, AgentConfig(window=a.window, pool_slots=a.pool_slots))
         return 0
-    print(json.dumps(soak(a.path, a.steps, a.kills, a.seed), indent=1))
+    print(json.dumps(soak(a.path, a.steps, a.kills, a.seed, window=a.window, pool_slots=a.pool_slots), indent=1))
     return 0
 
 

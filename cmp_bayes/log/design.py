@@ -127,6 +127,24 @@ def union_pool(design: dict[str, Any] | None) -> dict[str, float]:
     return out
 
 
+def varying_propensity(design: dict[str, Any] | None) -> frozenset[str]:
+    """Memories whose pool propensity differs between the rounds that hold them.
+
+    Their propensity is a per-step quantity, so no single number describes
+    them (the statistics then report it as NaN and IPW is undefined).
+    """
+    if design is None:
+        return frozenset()
+    seen: dict[str, float] = {}
+    out: set[str] = set()
+    for r in design_rounds(design):
+        for m, p in r.pool.items():
+            if m in seen and not math.isclose(seen[m], p, rel_tol=1e-12, abs_tol=0.0):
+                out.add(m)
+            seen.setdefault(m, p)
+    return frozenset(out)
+
+
 def check_design(design: Any, file: str) -> dict[str, Any]:
     """Validate ``design.json`` content and return it with normalised types.
 

@@ -78,7 +78,7 @@ import pyarrow as pa
 import xarray as xr
 
 from cmp_bayes.errors import ConfigError, LogError
-from cmp_bayes.log.design import union_pool
+from cmp_bayes.log.design import union_pool, varying_propensity
 from cmp_bayes.log.layout import log_checksum, read_design
 from cmp_bayes.log.pools import RoundPools
 from cmp_bayes.scale.contexts_map import (
@@ -288,6 +288,7 @@ def _assemble(
         cells,
         by,
         pool=pool,
+        varying=varying_propensity(design),
         query_group=query_group,
         query_steps=query_steps,
         attrs={

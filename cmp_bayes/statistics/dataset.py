@@ -71,6 +71,7 @@ def assemble_dataset(
     query_group: np.ndarray | None,
     query_steps: np.ndarray | None,
     attrs: dict[str, object],
+    varying: frozenset[str] = frozenset(),
 ) -> xr.Dataset:
     """The statistics Dataset from its arrays; shared by the pandas and Dask engines.
 
@@ -82,7 +83,10 @@ def assemble_dataset(
     memory, cells : pandas.Index
         Sorted memory ids; sorted query ids or group names (None without ``by``).
     pool : dict
-        The design pool (memory id -> propensity).
+        The design pool (memory id -> propensity; every round's, for a design in rounds).
+    varying : frozenset of str
+        Memories whose propensity differs between rounds: ``propensity`` NaN
+        (they stay ``in_pool``).
     query_group, query_steps : numpy.ndarray, shape (query,)
         With ``by="query"`` only: each query's group (object) and step count (int64).
     attrs : dict
@@ -106,9 +110,13 @@ def assemble_dataset(
     else:
         dims = ("memory", by)
     prop = pool_lookup(pool, arrow_strings(memory)) if len(memory) else np.zeros(0)
+    in_pool = ~np.isnan(prop)
+    if varying:
+        # a propensity that changes between rounds is per step: no one number describes it
+        prop = np.where(np.isin(np.asarray(memory, dtype=object), sorted(varying)), np.nan, prop)
     variables = {k: var(dims, v) for k, v in data.items()}
     variables["propensity"] = var(("memory",), prop)
-    variables["in_pool"] = var(("memory",), ~np.isnan(prop))
+    variables["in_pool"] = var(("memory",), in_pool)
     if by == "query":
         coords["query_group"] = var(("query",), np.asarray(query_group, dtype=object))
         coords["query_steps"] = var(("query",), np.asarray(query_steps, dtype=np.int64))

@@ -25,7 +25,7 @@ import pyarrow as pa
 import xarray as xr
 
 from cmp_bayes.log.codes import encode
-from cmp_bayes.log.design import union_pool
+from cmp_bayes.log.design import union_pool, varying_propensity
 from cmp_bayes.log.schema import ExposureLog
 from cmp_bayes.statistics.dataset import assemble_dataset, stats_arrays
 from cmp_bayes.statistics.kernels import (
@@ -133,6 +133,7 @@ def pandas_exposure_stats(log: ExposureLog, by: By = None) -> xr.Dataset:
         cells,
         by,
         pool=union_pool(log.design),
+        varying=varying_propensity(log.design),
         query_group=query_group,
         query_steps=query_steps,
         attrs={

@@ -22,25 +22,36 @@ os.environ.setdefault("MEM0_TELEMETRY", "False")  # before mem0 is imported: tel
 
 USER = {"user_id": "alice"}
 
-# -- the store: 30 facts about one user; the agent is asked about 12 of them
+# -- the store: 30 memories about one user. Four are standing preferences that
+# make almost any plan better; the retriever rarely ranks them near questions
+# about plans (their words do not match), which is exactly what CMP's exposure
+# slots are for: without them those memories could never show their worth.
+PREFERENCES = [
+    "Alice is vegetarian and never eats meat or fish.",
+    "Alice is afraid of flying and travels by train.",
+    "Alice keeps every trip under a small budget.",
+    "Alice loves live jazz more than any other music.",
+]
 PEOPLE = ["Caroline", "Melanie", "Jon"]
-PLACES = ["Boston", "Lisbon", "Osaka", "Quito", "Tromso", "Accra", "Perth", "Tallinn", "Cusco", "Hanoi"]
-FACTS = [f"{p} spent a week in {c} last spring." for p in PEOPLE for c in PLACES]
-ASKED = list(range(0, 30, 5)) + list(range(1, 30, 5))  # 12 facts the questions need
+PLACES = ["Boston", "Lisbon", "Osaka", "Quito", "Tromso", "Accra", "Perth", "Tallinn", "Cusco"]
+FACTS = PREFERENCES + [f"{p} spent a week in {c} last spring." for p in PEOPLE for c in PLACES][:26]
+QUESTIONS = [
+    "Plan a weekend away for me.",
+    "Which restaurant should I book on Friday?",
+    "Suggest something to do on Saturday evening.",
+    "Find me a holiday for the first week of May.",
+    "What should I get Caroline for her birthday?",
+    "Help me plan a day out with Jon.",
+]
 
 
-def question(i: int) -> str:
-    person, place = FACTS[i].split(" spent a week in ")
-    return f"Where did {person} go last spring, {place.split()[0]} or somewhere else?"
+def answer(results: list[dict[str, Any]], rng: np.random.Generator) -> float:
+    """A toy reader: each preference in its context makes a good plan likelier."""
+    seen = sum(r.get("memory") in PREFERENCES for r in results)
+    return float(rng.random() < 0.1 + 0.25 * seen)
 
 
-def answer(results: list[dict[str, Any]], needed: str, rng: np.random.Generator) -> float:
-    """A toy reader: succeeds more often when the needed fact is in its context."""
-    seen = any(r.get("memory") == needed for r in results)
-    return float(rng.random() < (0.75 if seen else 0.25))
-
-
-def main(workdir: str | Path, steps: int = 300, draws: int = 500, seed: int = 0) -> dict[str, Any]:
+def main(workdir: str | Path, steps: int = 800, draws: int = 500, seed: int = 0) -> dict[str, Any]:
     """Run the whole loop in ``workdir``; returns what a test checks."""
     import cmp_bayes as cb
     from cmp_bayes.integrations.mem0 import CMPMemory
@@ -70,10 +81,10 @@ def main(workdir: str | Path, steps: int = 300, draws: int = 500, seed: int = 0)
         if t == 40:  # 3. the store changes while the design runs
             cmp.add([{"role": "user", "content": "Caroline adopted a cat named Oscar."}], infer=False, **USER)
         if t == 60:
-            cmp.delete(text_to_id[FACTS[29]])
-        i = ASKED[int(rng.integers(len(ASKED)))]
-        hits = cmp.search(question(i), query_id=f"q{i}")
-        y = answer(hits["results"], FACTS[i], rng)
+            cmp.delete(text_to_id[FACTS[-1]])
+        i = int(rng.integers(len(QUESTIONS)))
+        hits = cmp.search(QUESTIONS[i], query_id=f"q{i}")
+        y = answer(hits["results"], rng)
         if t == 10:
             missing = hits["cmp"]["step"]  # 4. this outcome never arrives: it expires
             continue
@@ -83,7 +94,9 @@ def main(workdir: str | Path, steps: int = 300, draws: int = 500, seed: int = 0)
     # 5. diagnose, fit, decide: the store may keep at most 24 memories
     log = cb.read_log(workdir / "log")
     print(cb.diagnose(log).to_text())
-    posterior = cb.fit(log, draws=draws, tune=draws, seed=seed, progressbar=False)
+    # 31 memories are too few to learn how the retriever's rank shifts the mixture weights
+    # (that coefficient's R-hat was 1.012 in one of our runs, and decide then refuses every forget)
+    posterior = cb.fit(log, model=cb.ModelConfig(use_rank=False), draws=draws, tune=draws, seed=seed, progressbar=False)
     cb.save_posterior(posterior, workdir / "posterior.nc")
     decisions = cb.decide(posterior, cb.Costs(forget_cost=20, retain_cost=1, capacity=24))
     print(decisions.summary())
@@ -102,6 +115,6 @@ def main(workdir: str | Path, steps: int = 300, draws: int = 500, seed: int = 0)
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("workdir", nargs="?", type=Path, default=None)
-    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--steps", type=int, default=800)
     a = p.parse_args()
     main(a.workdir or tempfile.mkdtemp(prefix="cmp-live-"), steps=a.steps)
