@@ -35,8 +35,11 @@ def _fact(i: int) -> str:
     return f"Fact {i}: person {i % 7} keeps a notebook number {i}."
 
 
-def run_mem0_agent(path: str | Path, steps: int, seed: int = 0, cfg: AgentConfig = MEM0_AGENT) -> None:
-    """Run (or resume) the agent on an offline Mem0 store in ``path / "mem0"``."""
+def run_mem0_agent(
+    path: str | Path, steps: int, seed: int = 0, cfg: AgentConfig = MEM0_AGENT, stop_at: int | None = None
+) -> None:
+    """Run (or resume) the agent on an offline Mem0 store in ``path / "mem0"`` (``stop_at``: as
+    :func:`cmp_bayes.live.soak.run_agent`)."""
     from cmp_bayes.integrations.mem0 import CMPMemory
     from cmp_bayes.integrations.mem0_offline import offline_memory
 
@@ -66,7 +69,7 @@ def run_mem0_agent(path: str | Path, steps: int, seed: int = 0, cfg: AgentConfig
     journal = (path / JOURNAL).open("a", encoding="utf-8")
     print("ready", flush=True)
     try:
-        while session.next_step < steps:
+        while session.next_step < (steps if stop_at is None else min(stop_at, steps)):
             t = session.next_step
             maybe_die(t, 0)
             for s in session.pending:
@@ -90,6 +93,8 @@ def run_mem0_agent(path: str | Path, steps: int, seed: int = 0, cfg: AgentConfig
             q = int(_rng(seed, t, 3).integers(cfg.queries))
             cmp.search(f"Which notebook does person {q} keep?", query_id=f"q{q}")
             maybe_die(t, 3)
+        if session.next_step < steps:
+            return  # a clean stop before the end (closed below)
         for s in session.pending:
             y, due = _outcome(seed, s)
             if due is not None:
@@ -102,7 +107,8 @@ def run_mem0_agent(path: str | Path, steps: int, seed: int = 0, cfg: AgentConfig
         journal.close()
         cmp.close()
         memory.close()
-    (path / DONE).write_text("ok\n")
+    if session.next_step >= steps:
+        (path / DONE).write_text("ok\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -113,9 +119,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--window", type=int, default=0)
     p.add_argument("--pool-slots", type=int, default=0)
     p.add_argument("--worker", action="store_true")
+    p.add_argument("--stop-at", type=int, default=None)
     a = p.parse_args(argv)
     cfg = AgentConfig(**{**MEM0_AGENT.__dict__, "window": a.window, "pool_slots": a.pool_slots})
-    run_mem0_agent(a.path, a.steps, a.seed, cfg)
+    run_mem0_agent(a.path, a.steps, a.seed, cfg, a.stop_at)
     return 0
 
 

@@ -26,6 +26,7 @@ random moments, restarts it until it reaches its last step, then
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -82,8 +83,14 @@ def _outcome(seed: int, t: int) -> tuple[float, int | None]:
     return y, t + int(r.integers(0, AgentConfig.max_delay + 1))
 
 
-def run_agent(path: str | Path, steps: int, seed: int = 0, cfg: AgentConfig = AgentConfig()) -> None:
-    """Run (or resume) the toy agent until the log has ``steps`` steps opened."""
+def run_agent(
+    path: str | Path, steps: int, seed: int = 0, cfg: AgentConfig = AgentConfig(), stop_at: int | None = None
+) -> None:
+    """Run (or resume) the toy agent until the log has ``steps`` steps opened.
+
+    ``stop_at``: leave cleanly (closing the log, as a restart would) once that
+    many steps are opened, without the shutdown of the last step.
+    """
     path = Path(path)
     fresh = not (path / STATE_FILE).is_file()
     init = [{"memory_id": f"m{i}", "text": f"fact number {i}"} for i in range(cfg.memories)]
@@ -128,6 +135,8 @@ def run_agent(path: str | Path, steps: int, seed: int = 0, cfg: AgentConfig = Ag
             ranking = [session.store_id(alive[i]) for i in order]
             session.step(f"q{q}", ranking, group=f"g{q % 3}")
             maybe_die(t, 3)
+        if session.next_step < steps:
+            return  # a clean stop before the end (the log is closed below)
         # at shutdown: the outcomes still to come arrive; the ones that never will are cancelled
         for s in session.pending:
             y, due = _outcome(seed, s)
@@ -140,7 +149,8 @@ def run_agent(path: str | Path, steps: int, seed: int = 0, cfg: AgentConfig = Ag
     finally:
         journal.close()
         session.close()
-    (path / DONE).write_text("ok\n")
+    if session.next_step >= steps:
+        (path / DONE).write_text("ok\n")
 
 
 def _churn(session: LiveSession, seed: int, t: int, cfg: AgentConfig) -> None:
@@ -187,17 +197,23 @@ def soak(
     ]
     start = time.monotonic()
     delivered = attempts = 0
+    span = max(20, steps // max(kills, 1))
     while not (path / DONE).is_file():
         if time.monotonic() - start > timeout:
             raise TimeoutError(f"soak did not finish in {timeout} s")
         env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-        outside = attempts % 2 == 0
+        nxt = _next_step(path)
+        args = list(cmd)
+        outside = delivered < kills and attempts % 2 == 0
         if delivered < kills and not outside:
-            done = _steps_so_far(path)
-            env[KILL_ENV] = f"{int(rng.integers(done, steps)) if done < steps else steps}:{int(rng.integers(4))}"
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            env[KILL_ENV] = f"{int(rng.integers(nxt, min(steps, nxt + span)))}:{int(rng.integers(4))}"
+        elif outside:
+            # a kill from outside lands at a random moment; the agent stops cleanly at
+            # a nearby step if it comes too late, so the kills are spread over the run
+            args += ["--stop-at", str(min(steps, nxt + span))]
+        proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         attempts += 1
-        if delivered < kills and outside:
+        if outside:
             proc.stdout.readline()  # type: ignore[union-attr]  # "ready": the log is open
             try:
                 proc.wait(timeout=float(rng.uniform(0.0, 0.3)))
@@ -213,9 +229,21 @@ def soak(
     return summary
 
 
-def _steps_so_far(path: Path) -> int:
-    f = path / "steps.jsonl"
-    return f.read_bytes().count(b"\n") if f.is_file() else 0
+def _next_step(path: Path) -> int:
+    """The step the agent opens next: one past the highest written, cancelled or pending."""
+    top = -1
+    for name in ("steps.jsonl", "cancelled.jsonl"):
+        f = path / name
+        if f.is_file():
+            # a torn last line is set aside by the agent's writer on reopening: ignore it here
+            for line in f.read_bytes().splitlines()[-1:]:
+                with contextlib.suppress(ValueError, KeyError, TypeError):
+                    top = max(top, int(json.loads(line)["step"]))
+    state = path / STATE_FILE
+    if state.is_file():
+        with contextlib.suppress(ValueError):
+            top = max([top, *(int(s) for s in json.loads(state.read_text()).get("pending", {}))])
+    return top + 1
 
 
 def check_soak(path: str | Path) -> dict[str, Any]:
@@ -308,9 +336,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--window", type=int, default=0, help="a window design with this W (0: balanced)")
     p.add_argument("--pool-slots", type=int, default=0, help="j of a window design")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--stop-at", type=int, default=None, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.worker:
-        run_agent(a.path, a.steps, a.seed, AgentConfig(window=a.window, pool_slots=a.pool_slots))
+        run_agent(a.path, a.steps, a.seed, AgentConfig(window=a.window, pool_slots=a.pool_slots), a.stop_at)
         return 0
     print(json.dumps(soak(a.path, a.steps, a.kills, a.seed, window=a.window, pool_slots=a.pool_slots), indent=1))
     return 0
