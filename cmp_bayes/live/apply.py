@@ -34,6 +34,7 @@ import pandas as pd
 
 from cmp_bayes.errors import ConfigError
 from cmp_bayes.live.session import LiveSession
+from cmp_bayes.text import shorten
 
 FORGET = "forget"
 
@@ -110,7 +111,8 @@ def apply_decisions(
     Returns
     -------
     pandas.DataFrame
-        One row per forget: ``memory_id`` (log id), ``store_id``, ``status``.
+        One row per forget: ``memory_id`` (log id), ``store_id``, ``text``
+        (the memory's text in ``memories.jsonl``; None without one), ``status``.
 
     Raises
     ------
@@ -134,15 +136,20 @@ def apply_decisions(
                     store.delete(sid)
                 session.delete(sid)
             status = ("deleted" if not dry_run else "would delete") if status == "delete" else status
-        rows.append({"memory_id": lid, "store_id": sid, "status": status})
-    out = pd.DataFrame(rows, columns=["memory_id", "store_id", "status"])
+        rows.append({"memory_id": lid, "store_id": sid, "text": _text(session, lid), "status": status})
+    out = pd.DataFrame(rows, columns=["memory_id", "store_id", "text", "status"])
     if echo is not None:
         for r in rows:
-            echo(f"{r['status']:>18}  {r['memory_id']}")
+            echo(f"{r['status']:>18}  {r['memory_id']}" + (f'  "{shorten(r["text"])}"' if r["text"] else ""))
         counts = out["status"].value_counts().to_dict() if len(out) else {}
         what = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "nothing to do"
         echo(f"{'dry run: ' if dry_run else ''}{len(forgets)} forget decisions: {what}")
     return out
+
+
+def _text(session: LiveSession, log_id: str) -> str | None:
+    w = session.writer
+    return w.memory_text(log_id) if w.has_memories and w.memory_known(log_id) else None
 
 
 def _status(session: LiveSession, lid: str, sid: str, scope: set[str] | None) -> str:
