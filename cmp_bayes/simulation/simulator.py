@@ -2,7 +2,12 @@
 
 query -> retriever ranking (:mod:`.retriever`) -> context (top ``B - k``
 retrieved + ``k`` exposures dealt by :class:`ExposureScheduler`) -> outcome
-(:mod:`.reader`). Per (query, memory) effects ``u(m, q)``: most memories do
+(:mod:`.reader`). Under a window design (``assignment="window"``, the spec's
+"Targeted exposure") ``j = pool_slots`` of the ``k`` are dealt balanced over the
+pool and ``k - j`` drawn uniformly from the step's window ``W_t`` (ranks
+``B - k .. B - k + W - 1`` of its ranking, less the pool slots), each window slot
+with propensity ``min(1, (k - j) / |W_t|)``; the reader sees the context as
+under any design. Per (query, memory) effects ``u(m, q)``: most memories do
 almost nothing (``Normal(0, null_sd)``, continuous so interval coverage of true
 values is meaningful), ``required_per_query`` required memories per query help
 (``Normal(effect_size, effect_size / 4)``, at least ``effect_size / 4``), and a
