@@ -194,6 +194,9 @@ def test_config_validation_names_the_field() -> None:
     good = _window_config(1, 5)
     assert SimulationConfig.from_dict(json.loads(json.dumps(good.to_dict()))) == good
     assert good.window_slots == 2 and SimulationConfig().window_slots == 0
+    # outside window designs the two fields are left out of to_dict (older simulation.json files stay as they were)
+    assert "window" not in SimulationConfig().to_dict() and "pool_slots" not in SimulationConfig().to_dict()
+    assert good.to_dict()["window"] == 5 and good.to_dict()["pool_slots"] == 1
     bad: list[tuple[dict, str]] = [
         ({"assignment": "window"}, "window"),
         ({"assignment": "window", "window": 0}, "window"),

@@ -134,8 +134,16 @@ class SimulationConfig:
         return self.queries * self.repeats
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain dict of every field."""
-        return dataclasses.asdict(self)
+        """Plain dict of every field (``window`` and ``pool_slots`` only in window designs).
+
+        Outside window designs those two are at their defaults and left out, so
+        the ``simulation.json`` of a log simulated before window designs existed
+        (the bundled example) is written byte for byte as it was.
+        """
+        out = dataclasses.asdict(self)
+        if self.assignment != "window":
+            del out["window"], out["pool_slots"]
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SimulationConfig:
