@@ -39,6 +39,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     e.add_argument("--slots", type=int, default=10, metavar="B", help="context size B (default 10)")
     e.add_argument("--exposure-slots", type=int, default=2, metavar="K",
                    help="exposure slots k of the B (default 2)")
+    e.add_argument("--assignment", choices=("balanced", "window"), default="balanced",
+                   help="how the k exposure slots are dealt: balanced over the pool (default), or a window "
+                        "design drawing k - j of them from each step's near misses (ranks B-k .. B-k+W-1)")
+    e.add_argument("--window", type=int, metavar="W",
+                   help="window designs: how many ranks below the retriever's cut are eligible")
+    e.add_argument("--pool-slots", type=int, default=None, metavar="J",
+                   help="window designs: exposure slots per step dealt balanced over the pool (default 0)")
     e.add_argument("--exposures", type=float, default=6.0,
                    help="target exposures per pool memory; sets the steps per store (default 6)")
     e.add_argument("--reader-gain", type=float, default=0.6,
@@ -135,6 +142,9 @@ def run(args: argparse.Namespace) -> int:
             model=ModelConfig(rank_summary=args.rank_summary),
             sampler=replace(EXPERIMENT_SAMPLER, draws=args.draws, tune=args.tune, chains=args.chains),
             per_query_fit=args.per_query_fit,
+            assignment=args.assignment,
+            window=args.window,
+            pool_slots=0 if args.pool_slots is None else args.pool_slots,
         )
         result = run_experiment(dataset, retriever, config, log_out=args.log_out)
         text_out, json_out = result.to_text(), result.to_json()

@@ -16,8 +16,10 @@ def _knobs() -> DataclassFlags:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("out", metavar="OUT", help="log directory to write (replaced atomically)")
+    from cmp_bayes.simulation.presets import PRESETS
+
     parser.add_argument("--preset", default="tiny",
-                        help="tiny | locomo-like | longmemeval-like | churn | fractional (default tiny)")
+                        help=f"{' | '.join(PRESETS)} (default tiny)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     parser.add_argument("--format", choices=["jsonl", "parquet"], default="jsonl")
     _knobs().add_to(parser.add_argument_group("simulation settings (override the preset's)"))

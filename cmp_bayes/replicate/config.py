@@ -8,6 +8,7 @@ setting of the fit can be chosen here and every one travels in the result JSON.
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +22,9 @@ LABEL = "semi-synthetic"
 #: The experiment's sampler: half the package default (500 draws, 500 tuning steps,
 #: 2 chains), no progress bar (it runs inside a batch of experiments).
 EXPERIMENT_SAMPLER: SamplerConfig = SamplerConfig(draws=500, tune=500, chains=2, progressbar=False)
+
+#: The exposure designs the experiment can lay out (``ExperimentConfig.assignment``).
+ASSIGNMENTS: tuple[str, ...] = ("balanced", "window")
 
 #: Fields of results written before the experiment held whole configs: field -> (config, field)
 _FLAT_KEYS: dict[str, tuple[str, str]] = {
@@ -64,6 +68,18 @@ class ExperimentConfig:
     per_query_fit : bool
         Also fit the per-query variant (``fit(log, by="query")``) and score its
         posterior mean of tau per (memory, question) pair (needs ``fit``).
+    assignment : {"balanced", "window"}
+        How the ``k`` exposure slots are dealt: balanced over each store's pool
+        (the paper's design), or the spec's window design, whose ``k - j``
+        window slots per step are drawn from the step's near misses (retriever
+        ranks ``B - k .. B - k + W - 1`` for that step's question). Steps per
+        store do not depend on it, so both designs spend the same number of
+        exposure slots.
+    window : int or None
+        ``W >= 1``, window designs only.
+    pool_slots : int
+        ``j`` in ``[0, exposure_slots]``: a window design's exposure slots per
+        step dealt balanced over the pool (window designs only).
     """
 
     slots: int = 10
@@ -80,6 +96,9 @@ class ExperimentConfig:
     evict_fraction: float = 0.1
     n_perturbations: int = 20
     per_query_fit: bool = False
+    assignment: str = "balanced"
+    window: int | None = None
+    pool_slots: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, ModelConfig):
@@ -92,9 +111,29 @@ class ExperimentConfig:
             raise ConfigError("exposures_per_memory must be > 0")
         if self.per_query_fit and not self.fit:
             raise ConfigError("per_query_fit needs fit (the per-query model is a second fit)")
+        self._check_design()
         if self.sampler.seed != self.seed:
             # frozen: the one seed is written into the sampler so the result JSON shows what ran
             object.__setattr__(self, "sampler", dataclasses.replace(self.sampler, seed=self.seed))
+
+    def _check_design(self) -> None:
+        if self.assignment not in ASSIGNMENTS:
+            raise ConfigError(f"assignment must be one of {list(ASSIGNMENTS)}, got {self.assignment!r}")
+        if self.assignment == "window":
+            if not (_is_int(self.window) and self.window >= 1):
+                raise ConfigError(f"a window design needs window >= 1 (an integer), got {self.window!r}")
+            if not (_is_int(self.pool_slots) and 0 <= self.pool_slots <= self.exposure_slots):
+                raise ConfigError(
+                    f"pool_slots must be an integer in [0, exposure_slots={self.exposure_slots}], got {self.pool_slots!r}"
+                )
+            # plain ints, so to_dict stays JSON-ready whatever integer type was passed
+            object.__setattr__(self, "window", int(self.window))
+            object.__setattr__(self, "pool_slots", int(self.pool_slots))
+        else:
+            if self.window is not None:
+                raise ConfigError("window is for assignment='window' only")
+            if self.pool_slots != 0:
+                raise ConfigError("pool_slots is for assignment='window' only")
 
     @property
     def reader(self) -> ReaderModel:
@@ -135,3 +174,8 @@ class ExperimentConfig:
             {**EXPERIMENT_SAMPLER.to_dict(), **nested["sampler"]}, source="experiment config [sampler]"
         )
         return cls(**data, model=model, sampler=sampler)
+
+
+def _is_int(value: Any) -> bool:
+    # bool is an int subclass; JSON true must not pass as a window of 1
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)

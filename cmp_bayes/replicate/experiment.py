@@ -100,7 +100,7 @@ class ExperimentResult:
         s = self.log_summary
         lines = [
             f"[{LABEL}] {self.dataset} ({self.granularity}), retriever {self.retriever}, "
-            f"B={self.config.slots}, k={self.config.exposure_slots}, seed {self.config.seed}",
+            f"B={self.config.slots}, k={self.config.exposure_slots}{_design_text(self.config)}, seed {self.config.seed}",
             f"  {self.config.reader.describe()}",
             f"  log: {s['steps']} steps, {s['memories']} memories, {s['required_memories']} required; "
             f"statuses {s['status_counts']}; required unidentified {100 * s['required_unidentified_share']:.1f}%",
@@ -126,6 +126,13 @@ class ExperimentResult:
         if self.fit_health:
             lines.append(f"  fit: {self.fit_health}")
         return "\n".join(lines)
+
+
+def _design_text(config: ExperimentConfig) -> str:
+    """``", window W=.., j=.."`` for a window design, nothing for the balanced one."""
+    if config.assignment != "window":
+        return ""
+    return f", window design W={config.window}, j={config.pool_slots}"
 
 
 def _f(x: Any) -> str:

@@ -19,9 +19,18 @@ Design of the log (:func:`build_log`):
   in the context at every step of the block (they could never be exposed or
   have a control arm). ``T_s = ceil(exposures * |pool_s| / k)`` so each pool
   memory gets about ``exposures`` exposures.
+* Window designs (``assignment="window"``, the spec's "Targeted exposure"):
+  the same steps and ``k``, so the same number of exposure slots; the first
+  ``j = pool_slots`` exposure slots of every step are the balanced design
+  above with ``j`` slots per step, the other ``k - j`` are drawn uniformly
+  from the step's window ``W_t`` (ranks ``B - k .. B - k + W - 1`` of the
+  retriever's ranking of the store for that step's query, less what the pool
+  slots took), propensity ``min(1, (k - j) / |W_t|)``; every exposure slot
+  carries its ``arm``.
 * ``ranking``: the full ranking of the store is logged at the first step each
   query is asked in its block (it is deterministic, so repeating it adds
-  nothing); the model's rank covariate reads it.
+  nothing); the model's rank covariate reads it. A window design logs it at
+  every step, as the spec requires (a reader recomputes each ``W_t`` from it).
 * ``labels.jsonl``: the benchmark's evidence (required pairs only; every
   other pair is not required).
 """
@@ -122,7 +131,10 @@ def build_log(dataset: Dataset, retriever: Retriever, config: ExperimentConfig) 
     total = start
     pool_ids = np.concatenate([b.memory_ids[b.pool] for b in blocks])
     lifetimes = {m: (b.start, b.start + b.steps) for b in blocks for m in b.memory_ids[b.pool]}
-    sched = ExposureScheduler(config.slots, config.exposure_slots, list(pool_ids), total, "balanced",
+    window = config.assignment == "window"
+    # a window design's pool slots are a balanced design of j slots per step
+    k_pool = config.pool_slots if window else config.exposure_slots
+    sched = ExposureScheduler(config.slots, k_pool, list(pool_ids), total, "balanced",
                               seed=config.seed, lifetimes=lifetimes)
     pool_index = {m: i for i, m in enumerate(pool_ids)}
     retrieved = np.full((total, nret), -1, dtype=np.int64)
@@ -136,7 +148,17 @@ def build_log(dataset: Dataset, retriever: Retriever, config: ExperimentConfig) 
     shortfall = len(caught)
     propensity = sched.propensity
     design = sched.design()
-    log = _assemble(blocks, exp_steps, exp_mem, pool_ids, propensity, design, config, rng, dataset)
+    exposures = [_pool_exposures(b, exp_steps, exp_mem, pool_ids, propensity) for b in blocks]
+    if window:
+        design = {
+            "slots": config.slots, "exposure_slots": config.exposure_slots, "assignment": "window",
+            "window": config.window, "pool_slots": config.pool_slots,
+            "steps": total, "seed": config.seed, "pool": design["pool"],
+        }
+        # the window draws from their own stream, so a balanced log stays as it was
+        w_rng = np.random.default_rng([config.seed, 3])
+        exposures = [_add_window(b, e, config, w_rng) for b, e in zip(blocks, exposures, strict=True)]
+    log = _assemble(blocks, exposures, design, config, rng, dataset)
     log.attrs.update(
         {
             "label": LABEL,
@@ -151,12 +173,62 @@ def build_log(dataset: Dataset, retriever: Retriever, config: ExperimentConfig) 
     return log, blocks
 
 
+@dataclass
+class BlockExposures:
+    """One store block's exposure slots: step, local memory index, propensity, arm (``None`` outside window designs)."""
+
+    step: np.ndarray  # (n,) int64, global steps
+    local: np.ndarray  # (n,) int64, indices into the block's memory_ids
+    propensity: np.ndarray  # (n,) float64
+    arm: np.ndarray | None  # (n,) object, "pool" / "window"
+
+
+def _pool_exposures(
+    b: StoreBlock, exp_steps: np.ndarray, exp_mem: np.ndarray, pool_ids: np.ndarray, propensity: np.ndarray | None
+) -> BlockExposures:
+    """The pool exposures (balanced deal, pool indices) that fall in block ``b``, in its local indices."""
+    sel = (exp_steps >= b.start) & (exp_steps < b.start + b.steps)
+    local = {m: i for i, m in enumerate(b.memory_ids)}
+    e_loc = np.array([local[m] for m in pool_ids[exp_mem[sel]]], dtype=np.int64)
+    e_prop = propensity[exp_mem[sel]] if propensity is not None else np.zeros(0)
+    return BlockExposures(exp_steps[sel].astype(np.int64), e_loc, np.asarray(e_prop, dtype=np.float64), None)
+
+
+def _add_window(b: StoreBlock, pooled: BlockExposures, config: ExperimentConfig,
+                rng: np.random.Generator) -> BlockExposures:
+    """Block ``b``'s window slots beside its pool slots (spec, "Targeted exposure").
+
+    ``W_t``: ranks ``B - k .. B - k + W - 1`` of the step's ranking of the store
+    (every memory of a block is in the store throughout it) that are neither
+    retrieved nor in a pool slot; ``k - j`` of them drawn uniformly, propensity
+    ``min(1, (k - j) / |W_t|)``.
+    """
+    from cmp_bayes.design.batch import deal_window, window_candidates
+
+    nret = config.slots - config.exposure_slots
+    j = config.pool_slots
+    ranking = b.order[b.step_query]  # (steps, M) local indices, best first
+    pool_ctx = np.full((b.steps, max(j, 1)), -1, dtype=np.int64)
+    t = pooled.step - b.start
+    if len(t):
+        order = np.argsort(t, kind="stable")
+        ts = t[order]
+        first = np.r_[0, np.flatnonzero(np.diff(ts)) + 1]
+        within = np.arange(len(ts)) - np.repeat(first, np.diff(np.r_[first, len(ts)]))
+        pool_ctx[ts, within] = pooled.local[order]
+    cand = window_candidates(ranking, nret, int(config.window or 0), np.c_[ranking[:, :nret], pool_ctx])
+    w_step, w_loc, w_prop = deal_window(cand, config.exposure_slots - j, rng)
+    return BlockExposures(
+        np.r_[pooled.step, w_step + b.start].astype(np.int64),
+        np.r_[pooled.local, w_loc].astype(np.int64),
+        np.r_[pooled.propensity, w_prop],
+        np.r_[np.full(len(t), "pool", dtype=object), np.full(len(w_step), "window", dtype=object)],
+    )
+
+
 def _assemble(
     blocks: list[StoreBlock],
-    exp_steps: np.ndarray,
-    exp_mem: np.ndarray,
-    pool_ids: np.ndarray,
-    propensity: np.ndarray,
+    exposures: list[BlockExposures],
     design: dict[str, Any],
     config: ExperimentConfig,
     rng: np.random.Generator,
@@ -164,18 +236,14 @@ def _assemble(
 ) -> ExposureLog:
     nret = config.slots - config.exposure_slots
     reader = config.reader
+    window = config.assignment == "window"
     step_tab, ctx_tab, rank_tab, mem_tab, lab_tab = [], [], [], [], []
-    for b in blocks:
+    for b, ex in zip(blocks, exposures, strict=True):
         t = np.arange(b.start, b.start + b.steps)
         q = b.step_query
         r = min(nret, len(b.memory_ids))
         top = b.order[q, :r]  # (steps, r) local indices
-        # exposures of this block, local indices
-        sel = (exp_steps >= b.start) & (exp_steps < b.start + b.steps)
-        local = {m: i for i, m in enumerate(b.memory_ids)}
-        e_step = exp_steps[sel]
-        e_loc = np.array([local[m] for m in pool_ids[exp_mem[sel]]], dtype=np.int64)
-        e_prop = propensity[exp_mem[sel]]
+        e_step, e_loc, e_prop = ex.step, ex.local, ex.propensity
         # evidence share seen at each step (retrieved + exposed)
         n_ev = b.evidence.sum(axis=1)
         seen = b.evidence[q[:, None], top].sum(axis=1).astype(np.float64)
@@ -196,26 +264,35 @@ def _assemble(
             )
         )
         if len(e_step):
-            order = np.lexsort((e_loc, e_step))
+            # pool slots before window slots within a step (arm "pool" < "window")
+            keys = (e_loc, e_step) if ex.arm is None else (e_loc, ex.arm == "window", e_step)
+            order = np.lexsort(keys)
             e_step, e_loc, e_prop = e_step[order], e_loc[order], e_prop[order]
             first = np.r_[0, np.flatnonzero(np.diff(e_step)) + 1]
             slot = np.arange(len(e_step)) - np.repeat(first, np.diff(np.r_[first, len(e_step)])) + r
-            ctx_tab.append(
-                pd.DataFrame(
-                    {"step": e_step, "slot": slot, "memory_id": b.memory_ids[e_loc], "source": "exposure",
+            frame = {"step": e_step, "slot": slot, "memory_id": b.memory_ids[e_loc], "source": "exposure",
                      "rank": pd.NA, "propensity": e_prop}
-                )
-            )
-        # full ranking at the first step each query is asked
-        for qi in np.unique(q):
-            s0 = b.start + int(np.flatnonzero(q == qi)[0])
-            rank_tab.append(pd.DataFrame({"step": s0, "rank": np.arange(len(b.memory_ids)), "memory_id": b.memory_ids[b.order[qi]]}))
+            if ex.arm is not None:
+                frame["arm"] = ex.arm[order]
+            ctx_tab.append(pd.DataFrame(frame))
+        m = len(b.memory_ids)
+        if window:
+            # a window design logs every step's ranking (the spec; the reader recomputes W_t from it)
+            rank_tab.append(pd.DataFrame({"step": np.repeat(t, m), "rank": np.tile(np.arange(m), b.steps),
+                                          "memory_id": b.memory_ids[b.order[q].ravel()]}))
+        else:
+            # full ranking at the first step each query is asked
+            for qi in np.unique(q):
+                s0 = b.start + int(np.flatnonzero(q == qi)[0])
+                rank_tab.append(pd.DataFrame({"step": s0, "rank": np.arange(m), "memory_id": b.memory_ids[b.order[qi]]}))
         mem_tab.append(pd.DataFrame({"memory_id": b.memory_ids, "created_step": b.start, "deleted_step": b.start + b.steps}))
         qi, mi = np.nonzero(b.evidence)
         lab_tab.append(pd.DataFrame({"query_id": b.query_ids[qi], "memory_id": b.memory_ids[mi], "required": True}))
     steps = coerce(pd.concat(step_tab, ignore_index=True), STEP_COLUMNS)
     contexts = pd.concat(ctx_tab, ignore_index=True)
     contexts["rank"] = contexts["rank"].astype("Int64")
+    if "arm" in contexts:
+        contexts["arm"] = contexts["arm"].astype("string")
     contexts = coerce(contexts.sort_values(["step", "slot"], kind="stable"), CONTEXT_COLUMNS)
     rankings = coerce(pd.concat(rank_tab, ignore_index=True).sort_values(["step", "rank"], kind="stable"), RANKING_COLUMNS)
     memories = coerce(pd.concat(mem_tab, ignore_index=True), MEMORY_COLUMNS)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -27,8 +28,15 @@ class SimulationConfig:
         Context slots ``B`` per step.
     exposure_slots : int
         Exposure slots ``k`` of the ``B``.
-    assignment : {"balanced", "bernoulli"}
-        How exposures are dealt (:class:`~cmp_bayes.design.scheduler.ExposureScheduler`).
+    assignment : {"balanced", "bernoulli", "window"}
+        How exposures are dealt (:class:`~cmp_bayes.design.scheduler.ExposureScheduler`);
+        "window": the spec's window design (``window``, ``pool_slots``).
+    window : int or None
+        ``W >= 1``, ranks below the retriever's cut a window design draws from
+        (``assignment="window"`` only).
+    pool_slots : int
+        ``j`` in ``[0, exposure_slots]``: a window design's exposure slots per step
+        dealt balanced over the pool (``assignment="window"`` only).
     pool_share : float
         Share of the exposable memories put in the exposure pool.
     lexical_gap : float
@@ -52,7 +60,8 @@ class SimulationConfig:
     churn : float
         Share of memories (shared store) created and deleted during the run.
     ranking_depth : int
-        Length of the logged ranking (0 = the whole store).
+        Length of the logged ranking (0 = the whole store); a window design logs
+        at least ``slots - exposure_slots + window`` ranks, as the spec requires.
     groups : int
         Number of query groups (kinds); group shifts the base success rate.
     base_rate : float
@@ -64,7 +73,9 @@ class SimulationConfig:
     repeats: int = 25
     slots: int = 6
     exposure_slots: int = 2
-    assignment: Literal["balanced", "bernoulli"] = "balanced"
+    assignment: Literal["balanced", "bernoulli", "window"] = "balanced"
+    window: int | None = None
+    pool_slots: int = 0
     pool_share: float = 1.0
     lexical_gap: float = 0.5
     required_per_query: int = 2
@@ -87,7 +98,17 @@ class SimulationConfig:
 
         need(self.memories >= 1 and self.queries >= 1 and self.repeats >= 1, "memories, queries, repeats must be >= 1")
         need(self.slots >= 1 and 0 <= self.exposure_slots <= self.slots, "need 1 <= slots and 0 <= exposure_slots <= slots")
-        need(self.assignment in ("balanced", "bernoulli"), "assignment must be 'balanced' or 'bernoulli'")
+        need(self.assignment in ("balanced", "bernoulli", "window"),
+             f"assignment must be 'balanced', 'bernoulli' or 'window', got {self.assignment!r}")
+        if self.assignment == "window":
+            need(_is_int(self.window) and self.window >= 1, f"window must be an integer >= 1, got {self.window!r}")
+            need(self.exposure_slots >= 1, "a window design (assignment='window') needs exposure_slots >= 1")
+            need(_is_int(self.pool_slots) and 0 <= self.pool_slots <= self.exposure_slots,
+                 f"pool_slots must be an integer in [0, exposure_slots={self.exposure_slots}], "
+                 f"got {self.pool_slots!r}")
+        else:
+            need(self.window is None, "window is for assignment='window' only")
+            need(self.pool_slots == 0, "pool_slots is for assignment='window' only")
         need(self.store in ("shared", "per-query"), "store must be 'shared' or 'per-query'")
         need(self.outcomes in ("binary", "fractional"), "outcomes must be 'binary' or 'fractional'")
         for name in ("pool_share", "lexical_gap", "harmful_share", "churn"):
@@ -97,6 +118,15 @@ class SimulationConfig:
         need(1 <= self.groups <= len(GROUP_NAMES), f"groups must be in [1, {len(GROUP_NAMES)}]")
         need(self.ranking_depth >= 0, "ranking_depth must be >= 0")
         need(self.store == "shared" or self.churn == 0, "churn applies to a shared store only")
+        # plain ints, so to_dict stays JSON-serialisable whatever integer type was passed
+        if self.window is not None:
+            object.__setattr__(self, "window", int(self.window))
+        object.__setattr__(self, "pool_slots", int(self.pool_slots))
+
+    @property
+    def window_slots(self) -> int:
+        """Exposure slots per step drawn from the step's window (``k - j``; 0 outside window designs)."""
+        return self.exposure_slots - self.pool_slots if self.assignment == "window" else 0
 
     @property
     def steps(self) -> int:
@@ -104,8 +134,16 @@ class SimulationConfig:
         return self.queries * self.repeats
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain dict of every field."""
-        return dataclasses.asdict(self)
+        """Plain dict of every field (``window`` and ``pool_slots`` only in window designs).
+
+        Outside window designs those two are at their defaults and left out, so
+        the ``simulation.json`` of a log simulated before window designs existed
+        (the bundled example) is written byte for byte as it was.
+        """
+        out = dataclasses.asdict(self)
+        if self.assignment != "window":
+            del out["window"], out["pool_slots"]
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SimulationConfig:
@@ -124,3 +162,8 @@ class SimulationConfig:
         if name not in PRESETS:
             raise ConfigError(f"unknown preset {name!r}; choose from {sorted(PRESETS)}")
         return cls.from_dict({**PRESETS[name], **overrides})
+
+
+def _is_int(value: Any) -> bool:
+    # bool is an int subclass; a flag or JSON true must not pass as a window of 1
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)

@@ -8,6 +8,10 @@
   that exists only while its question is asked (96 repeats); 8 retriever + 2
   exposure slots, so each of the 32 pool memories of a haystack gets 6
   exposures; about half the required memories are never retrieved (paper: 54%).
+* ``locomo-window``: ``locomo-like`` under a window design (``window=20``,
+  ``pool_slots=1``): per step one exposure slot dealt balanced over the whole
+  store (positivity for every memory) and one drawn from the step's near
+  misses (retriever ranks 8..27), for shared-store pair effects.
 * ``churn``: a shared store whose memories are created and deleted over time.
 * ``fractional``: ``tiny`` with Beta outcomes (token-F1-like scores) and noise.
 """
@@ -22,6 +26,12 @@ PRESETS: dict[str, dict[str, Any]] = {
         "memories": 600, "queries": 200, "repeats": 10, "slots": 10, "exposure_slots": 2,
         "required_per_query": 2, "lexical_gap": 0.62, "store": "shared", "groups": 4,
         "effect_size": 0.25, "harmful_share": 0.03, "ranking_depth": 50,
+    },
+    "locomo-window": {
+        "memories": 600, "queries": 200, "repeats": 10, "slots": 10, "exposure_slots": 2,
+        "required_per_query": 2, "lexical_gap": 0.62, "store": "shared", "groups": 4,
+        "effect_size": 0.25, "harmful_share": 0.03, "ranking_depth": 50,
+        "assignment": "window", "window": 20, "pool_slots": 1,
     },
     "longmemeval-like": {
         "memories": 40, "queries": 250, "repeats": 96, "slots": 10, "exposure_slots": 2,

@@ -2,7 +2,12 @@
 
 query -> retriever ranking (:mod:`.retriever`) -> context (top ``B - k``
 retrieved + ``k`` exposures dealt by :class:`ExposureScheduler`) -> outcome
-(:mod:`.reader`). Per (query, memory) effects ``u(m, q)``: most memories do
+(:mod:`.reader`). Under a window design (``assignment="window"``, the spec's
+"Targeted exposure") ``j = pool_slots`` of the ``k`` are dealt balanced over the
+pool and ``k - j`` drawn uniformly from the step's window ``W_t`` (ranks
+``B - k .. B - k + W - 1`` of its ranking, less the pool slots), each window slot
+with propensity ``min(1, (k - j) / |W_t|)``; the reader sees the context as
+under any design. Per (query, memory) effects ``u(m, q)``: most memories do
 almost nothing (``Normal(0, null_sd)``, continuous so interval coverage of true
 values is meaningful), ``required_per_query`` required memories per query help
 (``Normal(effect_size, effect_size / 4)``, at least ``effect_size / 4``), and a
@@ -24,7 +29,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -177,8 +182,6 @@ def simulate(
     cfg = SimulationConfig.preset(config) if isinstance(config, str) else config
     if not isinstance(cfg, SimulationConfig):
         raise ConfigError(f"config must be a SimulationConfig or a preset name, got {type(config).__name__}")
-    from cmp_bayes.design.scheduler import ExposureScheduler
-
     w = build_world(cfg, int(seed))
     T, k, B = cfg.steps, cfg.exposure_slots, cfg.slots
     steps = np.arange(T)
@@ -198,21 +201,12 @@ def simulate(
         lifetimes = {
             str(w.memory_ids[m]): (int(w.created[m]), int(w.deleted[m])) for m in exposable
         }
-    sched = ExposureScheduler(
-        B, k, [str(x) for x in w.memory_ids[exposable]], T, cfg.assignment,
-        seed=int(np.random.default_rng([seed, 4]).integers(2**31)), lifetimes=lifetimes,
-    )
-    exp_step, exp_pool = sched.deal(pool_pos[retrieved] if k else None)
-    exp_mem = exposable[exp_pool]
-    design = sched.design()
-    if cfg.assignment == "balanced" and k:
-        # the design's propensity is what was delivered: n_m / T_m
-        delivered = np.bincount(exp_pool, minlength=exposable.size)
-        design["pool"] = {
-            str(w.memory_ids[m]): float(delivered[i] / in_store[m])
-            for i, m in enumerate(exposable) if delivered[i] > 0
-        }
-    prop_of = _prop_array(w.memory_ids, design["pool"])
+    design_seed = int(np.random.default_rng([seed, 4]).integers(2**31))
+    if cfg.assignment == "window":
+        deal = _deal_window(cfg, w, ranking, exposable, pool_pos, in_store, lifetimes, design_seed, seed)
+    else:
+        deal = _deal_pool(cfg, w, retrieved, exposable, pool_pos, in_store, lifetimes, design_seed)
+    exp_step, exp_mem, exp_prop, exp_arm, design, sched = deal
 
     # contexts: retriever slots then exposure slots
     r_step, r_rank = np.nonzero(retrieved >= 0)
@@ -224,8 +218,10 @@ def simulate(
     ctx_slot = np.r_[r_rank, n_ret_step[exp_step] + within]
     ctx_mem = np.r_[r_mem, exp_mem]
     is_exp = np.r_[np.zeros(r_step.size, bool), np.ones(exp_step.size, bool)]
+    ctx_prop = np.r_[np.full(r_step.size, np.nan), exp_prop]
     order = np.lexsort((ctx_slot, ctx_step))
     ctx_step, ctx_slot, ctx_mem, is_exp = ctx_step[order], ctx_slot[order], ctx_mem[order], is_exp[order]
+    ctx_prop = ctx_prop[order]
     ctx_rank = np.where(is_exp, -1, ctx_slot)
 
     # outcomes
@@ -234,16 +230,23 @@ def simulate(
     s = w.base[q_of] + np.bincount(ctx_step, weights=u_ctx, minlength=T)
     y = w.reader.sample(s, np.random.default_rng([seed, 5]))
 
-    contexts = coerce(pd.DataFrame({
+    columns = {
         "step": ctx_step, "slot": ctx_slot, "memory_id": w.memory_ids[ctx_mem],
         "source": np.where(is_exp, EXPOSURE, RETRIEVER),
         "rank": pd.Series(np.where(is_exp, 0, ctx_rank), dtype="Int64").where(~is_exp, pd.NA),
-        "propensity": pd.Series(prop_of[ctx_mem], dtype="Float64").where(is_exp, pd.NA),
-    }), CONTEXT_COLUMNS)
+        "propensity": pd.Series(np.nan_to_num(ctx_prop), dtype="Float64").where(is_exp, pd.NA),
+    }
+    if exp_arm is not None:  # window designs: the spec requires an arm on every exposure slot
+        arm = np.concatenate([np.full(r_step.size, None, dtype=object), exp_arm])[order]
+        columns["arm"] = pd.Series(arm, dtype="string")
+    contexts = coerce(pd.DataFrame(columns), CONTEXT_COLUMNS)
     steps_df = coerce(pd.DataFrame({
         "step": steps, "query_id": w.query_ids[q_of], "outcome": y, "group": w.query_group[q_of],
     }), STEP_COLUMNS)
-    depth = ranking.shape[1] if cfg.ranking_depth == 0 else min(cfg.ranking_depth, ranking.shape[1])
+    depth = cfg.ranking_depth
+    if cfg.assignment == "window" and depth:
+        depth = max(depth, nret + int(cfg.window or 0))  # the spec: ranks 0 .. B - k + W - 1 at least
+    depth = ranking.shape[1] if depth == 0 else min(depth, ranking.shape[1])
     rk_step, rk_rank = np.nonzero(ranking[:, :depth] >= 0)
     rankings = coerce(pd.DataFrame({
         "step": rk_step, "rank": rk_rank, "memory_id": w.memory_ids[ranking[rk_step, rk_rank]],
@@ -265,6 +268,83 @@ def simulate(
     if out is not None:
         write_simulation(log, out, format=format)
     return log
+
+
+#: what a deal returns: exposure steps, memories (global indices), propensities,
+#: arms (None outside window designs), the design, the scheduler
+Deal = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, dict[str, Any], Any]
+
+
+def _deal_pool(
+    cfg: SimulationConfig, w: World, retrieved: np.ndarray, exposable: np.ndarray, pool_pos: np.ndarray,
+    in_store: np.ndarray, lifetimes: dict[str, tuple[int, int]] | None, design_seed: int,
+    slots_per_step: int | None = None,
+) -> Deal:
+    """Exposures dealt over the pool (balanced or Bernoulli), every step at once.
+
+    ``slots_per_step``: how many slots per step the pool gets (default ``k``;
+    a window design's ``j`` pool slots). Returns exposure steps, memories (global
+    indices), propensities, arms (``None``), the design and the scheduler.
+    """
+    from cmp_bayes.design.scheduler import ExposureScheduler
+
+    T, B = cfg.steps, cfg.slots
+    k = cfg.exposure_slots if slots_per_step is None else slots_per_step
+    assignment = "balanced" if slots_per_step is not None else cfg.assignment
+    sched = ExposureScheduler(
+        B, k, [str(x) for x in w.memory_ids[exposable]], T, assignment,
+        seed=design_seed, lifetimes=lifetimes,
+    )
+    exp_step, exp_pool = sched.deal(pool_pos[retrieved] if k else None)
+    exp_mem = exposable[exp_pool]
+    design = sched.design()
+    if assignment == "balanced" and k:
+        # the design's propensity is what was delivered: n_m / T_m
+        delivered = np.bincount(exp_pool, minlength=exposable.size)
+        design["pool"] = {
+            str(w.memory_ids[m]): float(delivered[i] / in_store[m])
+            for i, m in enumerate(exposable) if delivered[i] > 0
+        }
+    prop_of = _prop_array(w.memory_ids, design["pool"])
+    return exp_step, exp_mem, prop_of[exp_mem], None, design, sched
+
+
+def _deal_window(
+    cfg: SimulationConfig, w: World, ranking: np.ndarray, exposable: np.ndarray, pool_pos: np.ndarray,
+    in_store: np.ndarray, lifetimes: dict[str, tuple[int, int]] | None, design_seed: int, seed: int,
+) -> Deal:
+    """A window design's exposures (spec, "Targeted exposure"), every step at once.
+
+    The ``j`` pool slots are a balanced design of ``j`` slots per step over the
+    pool (the batch deal, collisions with retrieved memories swapped away); the
+    ``k - j`` window slots are drawn uniformly without replacement from each
+    step's ``W_t`` (ranks ``B - k .. B - k + W - 1`` of its in-store ranking, not
+    retrieved, not in a pool slot), each with propensity ``min(1, (k - j) / |W_t|)``.
+    """
+    from cmp_bayes.design.batch import deal_window, window_candidates
+
+    T, B, k, j = cfg.steps, cfg.slots, cfg.exposure_slots, cfg.pool_slots
+    nret = B - k
+    retrieved = ranking[:, :nret]
+    p_step, p_mem, p_prop, _, pool_design, sched = _deal_pool(
+        cfg, w, retrieved, exposable, pool_pos, in_store, lifetimes, design_seed, slots_per_step=j
+    )
+    pooled = np.full((T, max(j, 1)), -1, dtype=np.int64)
+    if p_step.size:
+        first = np.r_[0, np.flatnonzero(np.diff(p_step)) + 1]
+        within = np.arange(p_step.size) - np.repeat(first, np.diff(np.r_[first, p_step.size]))
+        pooled[p_step, within] = p_mem
+    cand = window_candidates(ranking, nret, int(cfg.window or 0), np.c_[retrieved, pooled])
+    w_step, w_mem, w_prop = deal_window(cand, k - j, np.random.default_rng([seed, 6]))
+    step = np.r_[p_step, w_step]
+    # stable by step: each step's pool slots come before its window slots
+    order = np.argsort(step, kind="stable")
+    arm = np.r_[np.full(p_step.size, "pool", dtype=object), np.full(w_step.size, "window", dtype=object)]
+    design: dict[str, Any] = {
+        "slots": B, "exposure_slots": k, "assignment": "window", "window": int(cfg.window or 0),
+        "pool_slots": j, "steps": T, "seed": design_seed, "pool": pool_design["pool"],
+    }
+    return step[order], np.r_[p_mem, w_mem][order], np.r_[p_prop, w_prop][order], arm[order], design, sched
 
 
 def _prop_array(memory_ids: np.ndarray, pool: dict[str, float]) -> np.ndarray:
