@@ -32,16 +32,29 @@ sandwich variance of the contrast is the sum of the two arms',
 
     Var(tau_hat) ~= sum_a  sum_{t in a} w_t^2 (Y_t - mu_a)^2 / B_a^2,
 
-each arm's sum estimated from its observed steps. We multiply each arm's term
-by ``n_a / (n_a - 1)`` (``n_a`` its steps): with one propensity for every step
-the estimator is then the difference of the arm means and this variance is
-exactly ``s1^2 / n1 + s0^2 / n0`` with ``n - 1`` sample variances, the pool
-arm's Hajek variance (:mod:`cmp_bayes.estimators.hajek`); with varying
-propensities it is the usual degrees-of-freedom correction of the sandwich.
-Under a fixed set of steps (the design-based view) the cross term ``2 (Y_t(1)
-- mu1)(Y_t(0) - mu0)`` the data never identifies is bounded by the two
-squares, and the formula is the conservative Neyman-type variance. The
-expansion ``sum w^2 (Y - mu)^2 = wwyy - 2 mu wwy + mu^2 ww`` uses the
+each arm's sum estimated from its observed steps.
+
+Small-sample correction. The plug-in ``R_a = sum_a w^2 (Y - mu_a)^2`` uses the
+fitted mean and runs low. For outcomes with a common variance ``sigma^2``
+within the arm (given the weights), expanding ``Y_t - mu_a = e_t - sum_s w_s
+e_s / B_a`` gives
+
+    E[R_a] = sigma^2 (S2 - 2 S3 / S1 + S2^2 / S1^2),    S_r = sum_a w^r,
+
+while the quantity wanted is ``sigma^2 S2 / S1^2``; so each arm's term is
+
+    V_a = R_a / S1^2 * S2 / (S2 - 2 S3 / S1 + S2^2 / S1^2).
+
+With one propensity for every step (``w`` constant, ``n_a`` steps) the factor
+is ``n_a / (n_a - 1)``: the estimator is then the difference of the arm means
+and ``V_1 + V_0 = s1^2 / n1 + s0^2 / n0`` with ``n - 1`` sample variances,
+the pool arm's Hajek variance (:mod:`cmp_bayes.estimators.hajek`). With
+varying weights the factor is larger (the heavy weights leave fewer effective
+steps), which is what keeps the reported standard errors at the replication
+spread in the tests. Under a fixed set of steps (the design-based view) the
+cross term ``2 (Y_t(1) - mu1)(Y_t(0) - mu0)`` the data never identifies is
+bounded by the two squares, and the formula is the conservative Neyman-type
+variance. ``R_a = wwyy - 2 mu wwy + mu^2 ww`` and the ``S_r`` come from the
 statistics' sums (:data:`cmp_bayes.statistics.dataset.WINDOW_SUM_VARS`).
 NaN where either arm has fewer than two steps.
 """
@@ -57,13 +70,16 @@ def _arm(stats: xr.Dataset, name: str, n: np.ndarray) -> tuple[np.ndarray, np.nd
     w = stats[f"window_{name}_w"].to_numpy()
     wy = stats[f"window_{name}_wy"].to_numpy()
     ww = stats[f"window_{name}_ww"].to_numpy()
+    www = stats[f"window_{name}_www"].to_numpy()
     wwy = stats[f"window_{name}_wwy"].to_numpy()
     wwyy = stats[f"window_{name}_wwyy"].to_numpy()
     with np.errstate(invalid="ignore", divide="ignore"):
         mean = np.where(n > 0, wy / w, np.nan)
         # sum w^2 (Y - mean)^2, a hair below 0 possible in floating point when every Y is equal
         resid = np.maximum(wwyy - 2.0 * mean * wwy + mean * mean * ww, 0.0)
-        var = np.where(n > 1, resid / (w * w) * n / (n - 1.0), np.nan)
+        # E[resid] / sigma^2 = ww - 2 www / w + ww^2 / w^2; wanted: sigma^2 ww / w^2
+        expect = ww - 2.0 * www / w + ww * ww / (w * w)
+        var = np.where((n > 1) & (expect > 0), resid / (w * w) * ww / expect, np.nan)
     return mean, var
 
 

@@ -138,10 +138,11 @@ WINDOW_COUNT_VARS: tuple[str, ...] = ("window_eligible", "window_exposed", "wind
 #: (:mod:`cmp_bayes.estimators.window`). Over the exposed steps with ``pi_t < 1`` the weight is
 #: ``w = 1 / pi_t``, over the control steps ``w = 1 / (1 - pi_t)``; ``Y`` is the step's outcome.
 #: ``*_w``: sum of w (unitless, an estimate of the arm's number of eligible steps);
-#: ``*_wy``: sum of w Y (outcome units); ``*_ww``: sum of w^2 (unitless);
+#: ``*_wy``: sum of w Y (outcome units); ``*_ww``: sum of w^2 (unitless); ``*_www``: sum of w^3
+#: (unitless; the variance's small-sample correction);
 #: ``*_wwy``: sum of w^2 Y (outcome units); ``*_wwyy``: sum of w^2 Y^2 (squared outcome units).
 WINDOW_SUM_VARS: tuple[str, ...] = tuple(
-    f"window_{arm}_{s}" for arm in ("exposed", "control") for s in ("w", "wy", "ww", "wwy", "wwyy")
+    f"window_{arm}_{s}" for arm in ("exposed", "control") for s in ("w", "wy", "ww", "www", "wwy", "wwyy")
 )
 
 

@@ -171,7 +171,8 @@ def _window_arm(
     ):
         i, wi, yi = idx[mask], w[mask], y[mask]
         ww = wi * wi
-        for suffix, weights in (("w", wi), ("wy", wi * yi), ("ww", ww), ("wwy", ww * yi), ("wwyy", ww * yi * yi)):
+        for suffix, weights in (("w", wi), ("wy", wi * yi), ("ww", ww), ("www", ww * wi), ("wwy", ww * yi),
+                                ("wwyy", ww * yi * yi)):
             out[f"window_{name}_{suffix}"] = np.bincount(i, weights=weights, minlength=n_pairs).astype(np.float64)
     return out
 
