@@ -149,7 +149,8 @@ class WindowStudy:
         csum = np.cumsum(self.in_window, axis=1)
         pick = np.argmax(csum > nth[:, None], axis=1)
         has = self.size > 0
-        p = 0.35 + np.where(has, self.tau_t[np.arange(T), pick], 0.0)
+        # a baseline that moves with |W_t| (so with pi_t): unweighted arm means would be biased
+        p = 0.3 + 0.15 * (self.size <= 3) + np.where(has, self.tau_t[np.arange(T), pick], 0.0)
         y = (rng.random(T) < p).astype(np.float64)
         win_t = np.flatnonzero(has)
         window = pd.DataFrame({

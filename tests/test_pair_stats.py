@@ -15,7 +15,14 @@ from _window_fixtures import rounds_steps, window_steps, write_jsonl, write_parq
 
 from cmp_bayes import ConfigError, read_log
 from cmp_bayes.log.design import check_design
-from cmp_bayes.log.schema import CONTEXT_COLUMNS, MEMORY_COLUMNS, RANKING_COLUMNS, STEP_COLUMNS, ExposureLog, coerce
+from cmp_bayes.log.schema import (
+    CONTEXT_COLUMNS,
+    MEMORY_COLUMNS,
+    RANKING_COLUMNS,
+    STEP_COLUMNS,
+    ExposureLog,
+    coerce,
+)
 from cmp_bayes.statistics import exposure_stats
 from cmp_bayes.statistics.dataset import COUNT_VARS, SUM_VARS, WINDOW_COUNT_VARS, WINDOW_SUM_VARS
 
