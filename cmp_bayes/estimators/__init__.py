@@ -2,7 +2,9 @@
 
 ``estimate(log, by, method)`` is the entry point; each method lives in its own
 module (``hajek``, ``ipw``, ``logged``) and maps an ``exposure_stats``
-Dataset to (estimate, std_error) arrays.
+Dataset to (estimate, std_error) arrays. A window design's window arm has its
+own estimator (``window``: the per-pair self-normalized IPW over the sparse pair
+statistics), reported beside the pool arm by ``estimate(log, by="query")``.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ COLUMNS: tuple[str, ...] = (
     "std_error",
     "method",
 )
+#: the arms of ``estimate(log, by="query")``'s ``arm`` column
+ARMS: tuple[str, ...] = ("pool", "window")
 
 
 def _method(method: str, balanced: bool) -> Callable[[xr.Dataset], tuple[np.ndarray, np.ndarray]]:
@@ -84,7 +88,49 @@ def estimate_from_stats(stats: xr.Dataset, method: Method = "hajek", balanced: b
             }
         )
     frame["method"] = method
-    return frame.astype({"memory_id": "string", "status": "string", "method": "string"})
+    types = {"memory_id": "string", "status": "string", "method": "string"}
+    if cell_dim == "query":
+        frame["arm"] = "pool"
+        types["arm"] = "string"
+    return frame.astype(types)
+
+
+def window_table(pair_stats: xr.Dataset) -> pd.DataFrame:
+    """The window arm's rows of ``estimate(log, by="query")`` from ``exposure_stats(log, by="pair")``.
+
+    One row per pair that was ever in a step's window ``W_t``: ``exposed``
+    and ``control`` are the window arm's (exposed steps, including those with
+    ``pi_t = 1``; eligible steps not exposed), ``status`` is ``identified``
+    with a randomized window exposure (``pi_t < 1``), else ``retrieved-only``
+    when the memory was retrieved under the query, else ``unidentified``;
+    ``estimate`` / ``std_error``: :func:`cmp_bayes.estimators.window.window_snipw`.
+    """
+    import numpy as np
+    import pandas as pd
+
+    from cmp_bayes.constants import IDENTIFIED, RETRIEVED_ONLY, UNIDENTIFIED
+    from cmp_bayes.estimators.window import window_exposed, window_snipw
+
+    est, se = window_snipw(pair_stats)
+    keep = pair_stats["window_eligible"].to_numpy() > 0
+    retrieved = pair_stats["retrieved"].to_numpy()
+    status = np.where(window_exposed(pair_stats) >= 1, IDENTIFIED,
+                      np.where(retrieved >= 1, RETRIEVED_ONLY, UNIDENTIFIED))
+    frame = pd.DataFrame({
+        "memory_id": pair_stats["memory_id"].to_numpy()[keep],
+        "query_id": pair_stats["query_id"].to_numpy()[keep],
+        "status": status[keep],
+        "retrieved": retrieved[keep],
+        "exposed": pair_stats["window_exposed"].to_numpy()[keep],
+        "control": pair_stats["window_control"].to_numpy()[keep],
+        "in_store": pair_stats["in_store"].to_numpy()[keep],
+        "estimate": est[keep],
+        "std_error": se[keep],
+        "method": "hajek",
+        "arm": "window",
+    })
+    return frame.astype({"memory_id": "string", "query_id": "object", "status": "string", "method": "string",
+                         "arm": "string"})
 
 
 def estimate(log: ExposureLog, by: Literal["query", "group"] | None = None, method: Method = "hajek") -> pd.DataFrame:
@@ -115,13 +161,29 @@ def estimate(log: ExposureLog, by: Literal["query", "group"] | None = None, meth
         ``std_error`` (same units; NaN where undefined), ``method``; when the
         log's memories have texts, ``text`` after the key columns (the first
         60 characters; <NA> for a memory without one).
+
+        With ``by="query"`` also ``arm`` (after ``method``): ``"pool"`` for
+        the rows above (the pool arm, as without a window design), and, for a
+        window design with ``method="hajek"``, one ``"window"`` row per pair
+        that was ever in a step's window ``W_t``: the window arm's
+        self-normalized IPW contrast (:mod:`cmp_bayes.estimators.window`; its
+        ``exposed`` / ``control`` are the window arm's steps,
+        :func:`window_table`). Rows sorted by (memory_id, query_id, arm).
+        The other methods have no window-arm form (pool rows only).
     """
+    from cmp_bayes.log.design import is_window
     from cmp_bayes.statistics import exposure_stats
     from cmp_bayes.text import add_text, texts_from_memories
 
     balanced = (log.design or {}).get("assignment") == "balanced"
     table = estimate_from_stats(exposure_stats(log, by=by), method=method, balanced=balanced)
+    if by == "query" and method == "hajek" and is_window(log.design):
+        import pandas as pd
+
+        win = window_table(exposure_stats(log, by="pair"))
+        table = pd.concat([table, win.astype({"query_id": table["query_id"].dtype})], ignore_index=True)
+        table = table.sort_values(["memory_id", "query_id", "arm"], kind="mergesort", ignore_index=True)
     return add_text(table, texts_from_memories(log.memories))
 
 
-__all__ = ["COLUMNS", "METHODS", "estimate", "estimate_from_stats"]
+__all__ = ["ARMS", "COLUMNS", "METHODS", "estimate", "estimate_from_stats", "window_table"]

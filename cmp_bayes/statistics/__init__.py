@@ -16,6 +16,8 @@ Layers, each importing only those below it (as arviz-stats' ``base/`` ->
   the two engines, built on the two layers above;
 * :mod:`~cmp_bayes.statistics.groups`: a memory's main group, from the
   statistics by group (for the model);
+* :mod:`~cmp_bayes.statistics.pairs`: the sparse pair statistics (``by="pair"``),
+  pandas engine only;
 * this module: :func:`exposure_stats`, the public entry that picks an engine.
   It imports the Dask engine only when asked for it (dask is an optional
   extra), and nothing the engines import imports this dispatch back.
@@ -41,7 +43,7 @@ __all__ = ["ARMS", "ARM_COLS", "COUNT_VARS", "SUM_VARS", "By", "Engine", "exposu
 
 def exposure_stats(
     log: ExposureLog | str | Path,
-    by: By = None,
+    by: By | Literal["pair"] = None,
     engine: Engine = "pandas",
     scheduler: object | None = None,
 ) -> xr.Dataset:
@@ -52,10 +54,12 @@ def exposure_stats(
     log : ExposureLog, str or Path
         The log (``cmp_bayes.read_log``), or the path of one. With
         ``engine="dask"`` it must be the path of a Parquet-form log.
-    by : {None, "query", "group"}
+    by : {None, "query", "group", "pair"}
         Add a second dimension ``query`` (coordinate = ``log.query_ids()``) or
         ``group`` (the sorted group names; steps without a group form the group
         ``""``, so sums over groups equal the memory-level statistics).
+        ``"pair"``: the sparse form of ``"query"``, one dimension ``pair`` (see
+        Returns).
     engine : {"pandas", "dask"}
         ``"pandas"``: the whole log in memory
         (:func:`cmp_bayes.statistics.pandas_engine.pandas_exposure_stats`). ``"dask"``: a
@@ -95,9 +99,27 @@ def exposure_stats(
         outcome is 0 or 1, else ``"fractional"``), ``log_checksum`` (``""``
         when the log has none), ``n_unknown_context_rows`` (context rows naming
         a memory absent from the memories file; left out of every count).
+
+        With ``by="pair"``: one dimension ``pair``, one entry per (memory,
+        query) that was ever eligible (in some round's pool while in the store
+        at a step of the query, or in the window ``W_t`` of such a step) or in a
+        context at a step of the query, sorted by (memory_id, query_id); no
+        array of size memory x query is built. Coordinates along ``pair``:
+        ``memory_id``, ``query_id``, ``query_group``, ``query_steps``. Variables
+        along ``pair``: every variable of ``by="query"`` (the same numbers as
+        that cell; ``propensity`` and ``in_pool`` of the pair's memory), plus
+        the window arm (:data:`cmp_bayes.statistics.dataset.WINDOW_COUNT_VARS`
+        and :data:`~cmp_bayes.statistics.dataset.WINDOW_SUM_VARS`, units
+        there; all 0 outside window designs). Pandas engine only: the Dask
+        engine raises ``ConfigError``.
     """
-    if by not in (None, "query", "group"):
-        raise ConfigError(f"exposure_stats: by must be None, 'query' or 'group', not {by!r}")
+    if by not in (None, "query", "group", "pair"):
+        raise ConfigError(f"exposure_stats: by must be None, 'query', 'group' or 'pair', not {by!r}")
+    if by == "pair" and engine == "dask":
+        raise ConfigError(
+            "exposure_stats: by='pair' (sparse pair statistics) is not implemented for engine='dask'; "
+            "use engine='pandas' (read_log(path) holds the log in memory)"
+        )
     if engine == "dask":
         if not isinstance(log, str | Path):
             raise ConfigError(
@@ -115,4 +137,8 @@ def exposure_stats(
         from cmp_bayes.log.read import read_log
 
         log = read_log(log)
+    if by == "pair":
+        from cmp_bayes.statistics.pairs import pandas_pair_stats
+
+        return pandas_pair_stats(log)
     return pandas_exposure_stats(log, by)

@@ -123,3 +123,69 @@ def assemble_dataset(
     ds = xr.Dataset(variables, coords=xr.Coordinates(coords, indexes=indexes))
     ds.attrs = dict(attrs)
     return ds
+
+
+# --------------------------------------------------------------------------- pairs (by="pair")
+
+#: the window arm per (memory, query) pair: integer counts of steps of the query
+#: ``window_eligible``: steps with the memory in the step's window ``W_t``;
+#: ``window_exposed``: of those, steps it filled a window slot (``pi_t = 1`` steps included);
+#: ``window_control``: eligible and not exposed (``window_eligible - window_exposed``; always
+#: ``pi_t < 1``); ``window_certain``: eligible steps with ``pi_t = 1`` (``|W_t| <= k - j``:
+#: exposed for sure, no control to compare with), counted apart and left out of every weighted sum.
+WINDOW_COUNT_VARS: tuple[str, ...] = ("window_eligible", "window_exposed", "window_control", "window_certain")
+#: the window arm's weighted sums per pair, for the self-normalized IPW and its sandwich variance
+#: (:mod:`cmp_bayes.estimators.window`). Over the exposed steps with ``pi_t < 1`` the weight is
+#: ``w = 1 / pi_t``, over the control steps ``w = 1 / (1 - pi_t)``; ``Y`` is the step's outcome.
+#: ``*_w``: sum of w (unitless, an estimate of the arm's number of eligible steps);
+#: ``*_wy``: sum of w Y (outcome units); ``*_ww``: sum of w^2 (unitless); ``*_www``: sum of w^3
+#: (unitless; the variance's small-sample correction);
+#: ``*_wwy``: sum of w^2 Y (outcome units); ``*_wwyy``: sum of w^2 Y^2 (squared outcome units).
+WINDOW_SUM_VARS: tuple[str, ...] = tuple(
+    f"window_{arm}_{s}" for arm in ("exposed", "control") for s in ("w", "wy", "ww", "www", "wwy", "wwyy")
+)
+
+
+def assemble_pairs(
+    data: dict[str, np.ndarray],
+    memory_id: np.ndarray,
+    query_id: np.ndarray,
+    query_group: np.ndarray,
+    query_steps: np.ndarray,
+    propensity: np.ndarray,
+    in_pool: np.ndarray,
+    attrs: dict[str, object],
+) -> xr.Dataset:
+    """The sparse pair statistics Dataset (``exposure_stats(log, by="pair")``).
+
+    Parameters
+    ----------
+    data : dict of numpy.ndarray
+        Each of ``COUNT_VARS``, ``SUM_VARS``, ``rank_median``, ``rank_best``,
+        ``WINDOW_COUNT_VARS`` and ``WINDOW_SUM_VARS``, shape (pair,).
+    memory_id, query_id : numpy.ndarray of str, shape (pair,)
+        Each pair's memory and query, sorted by (memory_id, query_id).
+    query_group, query_steps : numpy.ndarray, shape (pair,)
+        The pair's query's group (``""`` if none) and number of steps.
+    propensity : numpy.ndarray, shape (pair,)
+    in_pool : numpy.ndarray of bool, shape (pair,)
+        The pair's memory's design-pool propensity (NaN outside the pool, or
+        when it changes between rounds) and whether it is in some round's pool.
+    attrs : dict
+        Dataset attributes (those of the dense statistics).
+    """
+    def var(values: np.ndarray) -> xr.Variable:
+        return xr.Variable(("pair",), np.asarray(values), fastpath=True)
+
+    variables = {k: var(v) for k, v in data.items()}
+    variables["propensity"] = var(np.asarray(propensity, dtype=np.float64))
+    variables["in_pool"] = var(np.asarray(in_pool, dtype=bool))
+    coords = {
+        "memory_id": var(np.asarray(memory_id, dtype=object)),
+        "query_id": var(np.asarray(query_id, dtype=object)),
+        "query_group": var(np.asarray(query_group, dtype=object)),
+        "query_steps": var(np.asarray(query_steps, dtype=np.int64)),
+    }
+    ds = xr.Dataset(variables, coords=coords)
+    ds.attrs = dict(attrs)
+    return ds
