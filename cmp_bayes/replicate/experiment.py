@@ -195,7 +195,15 @@ def run_experiment(
     rows = []
     for name, table in tables.items():
         rows.append(_auc_row(name, "memory", evaluate(log, table, level="memory", n_boot=config.n_boot, seed=config.seed)))
-    rows.append(_auc_row("hajek per query", "pair", evaluate(log, per_query, level="pair", n_boot=config.n_boot, seed=config.seed)))
+    # a window design adds window-arm rows per pair: score each arm on its own
+    arms = per_query.get("arm")
+    pool_rows = per_query if arms is None else per_query[arms == "pool"]
+    rows.append(_auc_row("hajek per query", "pair", evaluate(log, pool_rows, level="pair", n_boot=config.n_boot, seed=config.seed)))
+    if arms is not None and bool((arms == "window").any()):
+        rows.append(_auc_row(
+            "window SNIPW per pair", "pair",
+            evaluate(log, per_query[arms == "window"], level="pair", n_boot=config.n_boot, seed=config.seed),
+        ))
     fit_health: dict[str, Any] = {}
     scores = {"hajek": tables["hajek"]}
     dt = None
