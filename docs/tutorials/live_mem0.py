@@ -51,7 +51,7 @@ def answer(results: list[dict[str, Any]], rng: np.random.Generator) -> float:
     return float(rng.random() < 0.1 + 0.25 * seen)
 
 
-def main(workdir: str | Path, steps: int = 800, draws: int = 500, seed: int = 0) -> dict[str, Any]:
+def main(workdir: str | Path, steps: int = 800, draws: int = 1000, seed: int = 0) -> dict[str, Any]:
     """Run the whole loop in ``workdir``; returns what a test checks."""
     import cmp_bayes as cb
     from cmp_bayes.integrations.mem0 import CMPMemory
