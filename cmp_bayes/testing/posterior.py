@@ -103,6 +103,9 @@ def synthetic_posterior(
     n_queries: int = 3,
     threshold: float = 0.05,
     log_likelihood: bool = False,
+    pair_model: str | None = None,
+    pairs: pd.DataFrame | None = None,
+    query_steps: dict[str, int] | pd.Series | None = None,
 ) -> xr.DataTree:
     """A DataTree that follows the posterior contract (passes ``check_posterior``).
 
@@ -137,6 +140,19 @@ def synthetic_posterior(
         at p = BASELINE + tau (per-query form: the memory-level tau against the
         arms summed over queries; ``fit`` writes the group for memory-level fits
         only). No random draws, so the rest of the tree is the same as without it.
+    pair_model : {None, "gated"}
+        ``"gated"``: the relevance-gated pair form of
+        :mod:`cmp_bayes.testing.gated` (``tau`` over a sparse ``pair`` dim,
+        ``tau_relevant`` = the memories' draws built as usual); ``per_query``
+        and ``log_likelihood`` must then be False.
+    pairs : pandas.DataFrame, optional
+        Gated form: memory_id, query_id, relevance (target P(relevant)),
+        optional rho_mean. Default :func:`cmp_bayes.testing.gated.default_pairs`
+        over ``n_queries`` queries.
+    query_steps : mapping or pandas.Series, optional
+        Gated form: steps per query of the log (the log's query mix written to
+        ``observed_data.query_steps``). Default 10 steps for each of
+        ``q0 .. q{n_queries - 1}`` and every query of ``pairs``.
 
     Returns
     -------
@@ -144,6 +160,11 @@ def synthetic_posterior(
     """
     from cmp_bayes.version import __version__
 
+    if pair_model is not None:
+        return _gated(memories, n_memories, seed, n_queries, pairs, query_steps, pair_model,
+                      per_query or log_likelihood, chains=chains, draws=draws,
+                      prior_draws=prior_draws, divergences=divergences,
+                      stuck_chain=stuck_chain, threshold=threshold)
     mem = memory_table(n_memories, seed) if memories is None else memories.reset_index(drop=True)
     if draws % 2:
         raise ValueError("draws must be even (the draws are balanced over half-chains)")
@@ -219,6 +240,36 @@ def synthetic_posterior(
         thin_step=1,
     )
     return dt
+
+
+def _gated(
+    memories: pd.DataFrame | None,
+    n_memories: int,
+    seed: int,
+    n_queries: int,
+    pairs: pd.DataFrame | None,
+    query_steps: dict[str, int] | pd.Series | None,
+    pair_model: str,
+    other_form: bool,
+    **options: object,
+) -> xr.DataTree:
+    """The gated form: the memory-level tree, turned into pairs by :mod:`cmp_bayes.testing.gated`."""
+    from cmp_bayes.testing.gated import GATED, default_pairs, gated_tree
+
+    if pair_model != GATED:
+        raise ValueError(f"pair_model must be None or {GATED!r}, got {pair_model!r}")
+    if other_form:
+        raise ValueError("the gated form has no per_query or log_likelihood option")
+    mem = memory_table(n_memories, seed) if memories is None else memories.reset_index(drop=True)
+    base = synthetic_posterior(mem, seed=seed, **options)  # type: ignore[arg-type]
+    ids = np.asarray(mem["memory_id"], dtype=str)
+    pairs = default_pairs(ids, n_queries, seed) if pairs is None else pairs.reset_index(drop=True)
+    if query_steps is None:
+        names = dict.fromkeys([f"q{i}" for i in range(n_queries)] + list(pairs["query_id"].astype(str)))
+        query_steps = pd.Series(10, index=list(names), dtype="int64")
+    steps = pd.Series(query_steps, dtype="int64")
+    steps.index = steps.index.astype(str)
+    return gated_tree(base, pairs, steps, seed)
 
 
 def _hyper_draws(rng: np.random.Generator, n: int, spread: float) -> dict[str, np.ndarray]:
