@@ -144,3 +144,26 @@ def gated_tree(
     dt.attrs.update(base.attrs)
     dt.attrs.update(by="query", pair_model=GATED)
     return dt
+
+
+def gated_posterior(
+    base: xr.DataTree,
+    memories: pd.DataFrame,
+    pair_model: str,
+    n_queries: int,
+    pairs: pd.DataFrame | None,
+    query_steps: dict[str, int] | pd.Series | None,
+    seed: int,
+) -> xr.DataTree:
+    """``synthetic_posterior(pair_model="gated", ...)`` from its memory-level tree ``base`` of
+    ``memories`` (arguments as :func:`~cmp_bayes.testing.posterior.synthetic_posterior`'s)."""
+    if pair_model != GATED:
+        raise ValueError(f"pair_model must be None or {GATED!r}, got {pair_model!r}")
+    ids = np.asarray(memories["memory_id"], dtype=str)
+    pairs = default_pairs(ids, n_queries, seed) if pairs is None else pairs.reset_index(drop=True)
+    if query_steps is None:
+        names = dict.fromkeys([f"q{i}" for i in range(n_queries)] + list(pairs["query_id"].astype(str)))
+        query_steps = pd.Series(10, index=list(names), dtype="int64")
+    steps = pd.Series(query_steps, dtype="int64")
+    steps.index = steps.index.astype(str)
+    return gated_tree(base, pairs, steps, seed)

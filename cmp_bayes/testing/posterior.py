@@ -161,10 +161,14 @@ def synthetic_posterior(
     from cmp_bayes.version import __version__
 
     if pair_model is not None:
-        return _gated(memories, n_memories, seed, n_queries, pairs, query_steps, pair_model,
-                      per_query or log_likelihood, chains=chains, draws=draws,
-                      prior_draws=prior_draws, divergences=divergences,
-                      stuck_chain=stuck_chain, threshold=threshold)
+        from cmp_bayes.testing.gated import gated_posterior
+
+        if per_query or log_likelihood:
+            raise ValueError("the gated form has no per_query or log_likelihood option")
+        mem = memory_table(n_memories, seed) if memories is None else memories.reset_index(drop=True)
+        base = synthetic_posterior(mem, chains=chains, draws=draws, prior_draws=prior_draws, seed=seed,
+                                   divergences=divergences, stuck_chain=stuck_chain, threshold=threshold)
+        return gated_posterior(base, mem, pair_model, n_queries, pairs, query_steps, seed)
     mem = memory_table(n_memories, seed) if memories is None else memories.reset_index(drop=True)
     if draws % 2:
         raise ValueError("draws must be even (the draws are balanced over half-chains)")
@@ -240,36 +244,6 @@ def synthetic_posterior(
         thin_step=1,
     )
     return dt
-
-
-def _gated(
-    memories: pd.DataFrame | None,
-    n_memories: int,
-    seed: int,
-    n_queries: int,
-    pairs: pd.DataFrame | None,
-    query_steps: dict[str, int] | pd.Series | None,
-    pair_model: str,
-    other_form: bool,
-    **options: object,
-) -> xr.DataTree:
-    """The gated form: the memory-level tree, turned into pairs by :mod:`cmp_bayes.testing.gated`."""
-    from cmp_bayes.testing.gated import GATED, default_pairs, gated_tree
-
-    if pair_model != GATED:
-        raise ValueError(f"pair_model must be None or {GATED!r}, got {pair_model!r}")
-    if other_form:
-        raise ValueError("the gated form has no per_query or log_likelihood option")
-    mem = memory_table(n_memories, seed) if memories is None else memories.reset_index(drop=True)
-    base = synthetic_posterior(mem, seed=seed, **options)  # type: ignore[arg-type]
-    ids = np.asarray(mem["memory_id"], dtype=str)
-    pairs = default_pairs(ids, n_queries, seed) if pairs is None else pairs.reset_index(drop=True)
-    if query_steps is None:
-        names = dict.fromkeys([f"q{i}" for i in range(n_queries)] + list(pairs["query_id"].astype(str)))
-        query_steps = pd.Series(10, index=list(names), dtype="int64")
-    steps = pd.Series(query_steps, dtype="int64")
-    steps.index = steps.index.astype(str)
-    return gated_tree(base, pairs, steps, seed)
 
 
 def _hyper_draws(rng: np.random.Generator, n: int, spread: float) -> dict[str, np.ndarray]:
