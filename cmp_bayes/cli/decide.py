@@ -49,6 +49,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_cost_arguments(parser)
     parser.add_argument(
+        "--workload", type=Path, metavar="FILE.csv",
+        help="query mix for --estimand workload (columns query_id, weight; default: the log's "
+        "queries weighted by their steps)",
+    )
+    parser.add_argument(
         "-o", "--output", type=Path, metavar="FILE.csv", help="write the decisions as CSV"
     )
     parser.add_argument(
@@ -66,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     with warnings.catch_warnings():
         # the summary below says the same in context
         warnings.simplefilter("ignore", DecisionWarning)
-        decisions = decide(args.posterior, costs)
+        decisions = decide(args.posterior, costs, workload=args.workload)
     print(summary(decisions, top=args.top))
     if args.output is not None:
         decisions.to_csv(args.output)

@@ -46,6 +46,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="window designs: how many ranks below the retriever's cut are eligible")
     e.add_argument("--pool-slots", type=int, default=None, metavar="J",
                    help="window designs: exposure slots per step dealt balanced over the pool (default 0)")
+    e.add_argument("--holdout", type=float, default=0.0, metavar="SHARE",
+                   help="share of each store's questions held out of the log as future questions; "
+                        "each method's memory ranking is scored on their evidence (default 0: none)")
     e.add_argument("--exposures", type=float, default=6.0,
                    help="target exposures per pool memory; sets the steps per store (default 6)")
     e.add_argument("--reader-gain", type=float, default=0.6,
@@ -145,6 +148,7 @@ def run(args: argparse.Namespace) -> int:
             assignment=args.assignment,
             window=args.window,
             pool_slots=0 if args.pool_slots is None else args.pool_slots,
+            holdout=args.holdout,
         )
         result = run_experiment(dataset, retriever, config, log_out=args.log_out)
         text_out, json_out = result.to_text(), result.to_json()

@@ -11,7 +11,7 @@ health). A user writes it as TOML::
     forget_cost = 20.0      # forgetting a useful memory (irreversible)
     retain_cost = 1.0       # keeping a useless one for another period
     threshold = 0.05        # "useful" = estimand > 0.05
-    estimand = "tau"        # or "utility" (= rho * tau)
+    estimand = "tau"        # or "utility" (= rho * tau), "relevant", "workload"
     capacity = 5000         # keep at most 5000 memories (omit: no limit)
     min_exposures = 3       # exposures a memory needs before it may be forgotten
 """
@@ -28,13 +28,17 @@ from cmp_bayes.constants import MAX_DIVERGENCE_SHARE, RHAT_MAX
 from cmp_bayes.errors import ConfigError
 
 #: Estimands a threshold may apply to.
-ESTIMANDS: Final[tuple[str, ...]] = ("tau", "utility")
+ESTIMANDS: Final[tuple[str, ...]] = ("tau", "utility", "relevant", "workload")
 #: Open interval a threshold must lie in, per estimand. tau is a difference of two
 #: expected outcomes in [0, 1] (binary or fractional), so it lies in [-1, 1]; utility
 #: is rho * tau with rho a retrieval probability in [0, 1], so it lies in [-1, 1] too.
 #: A threshold at or beyond an end makes "useful" certain or impossible: the rule
 #: would then forget every identified memory (or none) whatever the data say.
-ESTIMAND_RANGE: Final[dict[str, tuple[float, float]]] = {"tau": (-1.0, 1.0), "utility": (-1.0, 1.0)}
+#: ``relevant`` (delta_m, a memory's tau when relevant) is a tau; ``workload``
+#: (E_q[rho tau], a weighted mean of utilities) is a utility: both in [-1, 1].
+ESTIMAND_RANGE: Final[dict[str, tuple[float, float]]] = {
+    "tau": (-1.0, 1.0), "utility": (-1.0, 1.0), "relevant": (-1.0, 1.0), "workload": (-1.0, 1.0),
+}
 
 
 @dataclass(frozen=True)
@@ -61,10 +65,18 @@ class Costs:
         [0, 1], and rho in [0, 1] only shrinks it), so a threshold at or past
         an end would make every identified memory useless (or none) before
         any data are read.
-    estimand : {"tau", "utility"}
-        Which posterior variable the threshold applies to: the conditional
-        utility ``tau`` (default: what the memory does when read) or
-        ``utility = rho * tau`` (what it does given how often it is retrieved).
+    estimand : {"tau", "utility", "relevant", "workload"}
+        Which posterior quantity the threshold applies to: the conditional
+        utility ``tau`` (default: what the memory does when read; in a
+        per-query or gated posterior its memory-level ``tau_memory``),
+        ``utility = rho * tau`` (what it does given how often it is
+        retrieved), ``relevant`` (gated posteriors: ``tau_relevant``, what it
+        does when read for a question it is relevant to: "useful when
+        relevant"), or ``workload`` (per-query or gated posteriors: the
+        expected contribution over a query mix, ``E_q[rho(m, q) tau(m, q)]``,
+        :mod:`cmp_bayes.decision.workload`; the mix is ``decide(workload=...)``,
+        the log's by default). ``workload`` is a utility: choose a smaller
+        threshold than for ``tau``.
     capacity : int or None
         Keep at most this many memories (retained plus deferred). ``None``: no
         limit.

@@ -21,7 +21,8 @@ class MemoryDraws:
     ----------
     variable : str
         Posterior variable of the estimand (``tau``, ``utility``, or their
-        ``_memory`` form in a per-query posterior).
+        ``_memory`` form in a per-query or gated posterior; ``tau_relevant``;
+        ``workload``, computed from the pair draws).
     estimand, tau : xarray.DataArray
         Draws over (chain, draw, memory).
     identification : pandas.DataFrame
@@ -45,21 +46,50 @@ class MemoryDraws:
         self.memory_ids = np.asarray(estimand["memory"].to_numpy()).astype(str).astype(object)
 
     @classmethod
-    def from_posterior(cls, dt: xr.DataTree, estimand: str) -> MemoryDraws:
-        """Pick the memory-level variables of ``estimand`` and align identification."""
+    def from_posterior(
+        cls, dt: xr.DataTree, estimand: str, workload: pd.Series | None = None
+    ) -> MemoryDraws:
+        """Pick the memory-level variables of ``estimand`` and align identification.
+
+        ``tau``/``utility``: the variable of that name, or its ``_memory`` form in
+        a per-query or gated posterior. ``relevant``: ``tau_relevant`` (gated
+        posteriors). ``workload``: computed by
+        :func:`cmp_bayes.decision.workload.workload_draws` over ``workload``
+        (a mix as :func:`~cmp_bayes.decision.workload.read_mix` returns; None:
+        the log's). The ``tau`` beside it (for ``exposures_needed``) is the
+        memory-level tau: more exposures would be dealt as the log's were.
+        """
+        from cmp_bayes.decision.workload import WORKLOAD_VARIABLE, is_gated, workload_draws
+
         for group in ("posterior", "identification"):
             if group not in dt:
                 raise PosteriorError(f"posterior has no '{group}' group (groups: {group_names(dt)})")
         post = dt["posterior"].to_dataset()
         if "tau" not in post:
             raise PosteriorError("posterior group has no 'tau' variable")
-        per_query = "query" in post["tau"].dims
+        gated = is_gated(dt)
+        per_query = gated or "query" in post["tau"].dims
         suffix = "_memory" if per_query else ""
-        variable, tau_name = f"{estimand}{suffix}", f"tau{suffix}"
-        for name in (variable, tau_name):
+        tau_name = f"tau{suffix}"
+        if estimand == "relevant":
+            variable = "tau_relevant"
+            if variable not in post:
+                raise PosteriorError(
+                    "estimand 'relevant' needs 'tau_relevant' (a memory's effect when relevant), which "
+                    "only the relevance-gated pair model writes: fit(log, by='query', "
+                    "model=ModelConfig(pair_model='gated')); this posterior has none"
+                )
+        elif estimand == WORKLOAD_VARIABLE:
+            variable = WORKLOAD_VARIABLE
+        else:
+            variable = f"{estimand}{suffix}"
+        names = (tau_name,) if variable == WORKLOAD_VARIABLE else (variable, tau_name)
+        for name in names:
             if name not in post:
                 kind = (
-                    "a per-query posterior (tau has a query dim)" if per_query else "the posterior"
+                    "a gated posterior" if gated
+                    else "a per-query posterior (tau has a query dim)" if per_query
+                    else "the posterior"
                 )
                 raise PosteriorError(f"{kind} has no '{name}' variable in its posterior group")
             dims = set(post[name].dims)
@@ -68,7 +98,10 @@ class MemoryDraws:
                     f"posterior variable '{name}' must be over (chain, draw, memory), "
                     f"has {tuple(post[name].dims)}"
                 )
-        est = post[variable].transpose("chain", "draw", "memory")
+        if variable == WORKLOAD_VARIABLE:
+            est = workload_draws(dt, workload)
+        else:
+            est = post[variable].transpose("chain", "draw", "memory")
         tau = post[tau_name].transpose("chain", "draw", "memory")
         ident = identification_table(dt["identification"].to_dataset(), est["memory"].to_numpy())
         return cls(variable, est, tau, ident)

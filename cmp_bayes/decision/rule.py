@@ -42,6 +42,7 @@ never turns a forget into a retain.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
@@ -63,6 +64,8 @@ from cmp_bayes.decision.decisions import (
 from cmp_bayes.decision.draws import MemoryDraws
 from cmp_bayes.decision.preposterior import exposures_to_resolve
 from cmp_bayes.decision.reasons import note_shortfall, reason_texts, why_not_allowed
+from cmp_bayes.decision.workload import WORKLOAD_VARIABLE, read_mix
+from cmp_bayes.errors import ConfigError
 from cmp_bayes.posterior.health import memory_rhat, sampler_health
 from cmp_bayes.posterior.io import as_posterior
 from cmp_bayes.posterior.provenance import memory_texts, provenance
@@ -90,7 +93,12 @@ class DecisionWarning(UserWarning):
     """A decision the user should look at: unmet capacity, a failed sampler check."""
 
 
-def decide(posterior: xr.DataTree | str | Path, costs: Costs | None = None) -> Decisions:
+def decide(
+    posterior: xr.DataTree | str | Path,
+    costs: Costs | None = None,
+    *,
+    workload: Mapping[str, float] | pd.Series | str | Path | None = None,
+) -> Decisions:
     """Retain / forget / defer every memory of a fitted posterior.
 
     Parameters
@@ -102,6 +110,11 @@ def decide(posterior: xr.DataTree | str | Path, costs: Costs | None = None) -> D
         ``sample_stats`` with ``diverging``), or a NetCDF file holding one.
     costs : Costs, optional
         Costs and guards; ``Costs()`` by default (20:1, threshold 0.05 on tau).
+    workload : mapping, pandas.Series or path, optional
+        ``costs.estimand == "workload"`` only: the query mix (query_id ->
+        weight, or a CSV with columns query_id, weight; see
+        :mod:`cmp_bayes.decision.workload`). Default: the log's queries
+        weighted by their steps.
 
     Returns
     -------
@@ -131,11 +144,19 @@ def decide(posterior: xr.DataTree | str | Path, costs: Costs | None = None) -> D
     Raises
     ------
     PosteriorError
-        The posterior lacks a group or variable the rule reads.
+        The posterior lacks a group or variable the rule reads (e.g.
+        ``tau_relevant`` for ``estimand="relevant"``: gated posteriors only).
+    ConfigError
+        A ``workload`` with another estimand, or a malformed mix.
     """
     costs = Costs() if costs is None else costs
+    if workload is not None and costs.estimand != WORKLOAD_VARIABLE:
+        raise ConfigError(
+            f"a workload mix is for estimand 'workload' only (costs.estimand is {costs.estimand!r})"
+        )
     dt = as_posterior(posterior)
-    draws = MemoryDraws.from_posterior(dt, costs.estimand)
+    mix = read_mix(workload) if workload is not None else None
+    draws = MemoryDraws.from_posterior(dt, costs.estimand, mix)
     health = sampler_health(
         dt,
         estimand=costs.estimand,  # R-hat gates only what this estimand depends on

@@ -57,7 +57,6 @@ from cmp_bayes.posterior import sampling_checks as checks
 from cmp_bayes.posterior.gates import ADVISORY_RHAT_CHECK, DIVERGENCE_CHECK, RHAT_CHECK
 from cmp_bayes.posterior.sampling_checks import (
     ENTITY_DIMS,
-    ESTIMAND_DEPENDS_ON,
     SAMPLE_DIMS,
     Check,
     divergences,
@@ -118,7 +117,9 @@ class SamplerHealth:
     gated : list of str
         The hyperparameters whose R-hat gated the verdict (all of them without an estimand).
     ok_by_estimand : dict of str to bool
-        The verdict each estimand would get with the same thresholds ("tau", "utility").
+        The verdict each estimand this posterior supports would get with the same
+        thresholds ("tau", "utility"; "relevant" and "workload" where the posterior
+        has them: :func:`~cmp_bayes.posterior.sampling_checks.posterior_estimands`).
     advisory_rhat : list of str
         One phrase per hyperparameter element above ``rhat_threshold`` that does not
         gate the verdict, with what it enters, e.g. "rho_group_sd R-hat 1.013
@@ -276,7 +277,7 @@ def sampler_health(
     other = gates.advisory_rhat_check(elements, hyper, chains, max_rhat, estimand)
     ok_by = {
         e: div_check.ok is True and gates.rhat_ok(elements, chains, max_rhat, e)
-        for e in ESTIMAND_DEPENDS_ON
+        for e in checks.posterior_estimands(post)
     }
     rhat_rows = [rhat_check] if other is None else [rhat_check, other]
     if advisory:

@@ -17,8 +17,8 @@ import xarray as xr
 from cmp_bayes.constants import BFMI_MIN, ESS_PER_CHAIN, RHAT_MAX
 from cmp_bayes.posterior.rhat_kernel import rank_rhat
 
-#: dims that mark a per-memory (not hyper-) parameter.
-ENTITY_DIMS: frozenset[str] = frozenset({"memory", "query"})
+#: dims that mark a per-memory (not hyper-) parameter (``pair``: the gated model's per-pair ones).
+ENTITY_DIMS: frozenset[str] = frozenset({"memory", "query", "pair"})
 SAMPLE_DIMS: tuple[str, str] = ("chain", "draw")
 
 
@@ -39,13 +39,41 @@ def hyperparameter_names(posterior: xr.DataTree) -> list[str]:
 
 #: Hyperparameter families by name prefix, and the per-memory quantity each one's draws
 #: enter (docs/model.md): the mixture shape (``tau_*``) and its weights (``weight_*``)
-#: make each memory's tau prior; ``rho_*`` make its rho prior, and nothing else.
-HYPERPARAMETER_FAMILIES: dict[str, str] = {"tau_": "tau", "weight_": "tau", "rho_": "rho"}
-#: The per-memory quantities each decision estimand is a function of (utility = rho * tau).
-ESTIMAND_DEPENDS_ON: dict[str, frozenset[str]] = {
-    "tau": frozenset({"tau"}),
-    "utility": frozenset({"tau", "rho"}),
+#: make each memory's tau prior (in the gated pair model, the prior of ``delta_m``,
+#: also ``delta_*``); ``rho_*`` make its rho prior; the gate's coefficients
+#: (``gate_*``, ``relevance_*``: P(relevant) from the retriever's rank) make the prior of
+#: each pair's relevance indicator z(m, q).
+HYPERPARAMETER_FAMILIES: dict[str, str] = {
+    "tau_": "tau", "weight_": "tau", "delta_": "tau", "rho_": "rho",
+    "gate_": "relevance", "relevance_": "relevance",
 }
+#: The per-memory quantities each decision estimand is a function of. utility = rho * tau.
+#: In the gated model tau(m, q) = z(m, q) * delta_m, so every estimand built from tau
+#: depends on the gate too; ``relevant`` is delta_m, "useful when relevant", whose
+#: posterior still depends on the gate (which exposures count as relevant ones) and on
+#: the delta prior; ``workload`` = E_q[rho(m, q) tau(m, q)] depends on all three. A
+#: posterior without gate hyperparameters is unaffected by the ``relevance`` entries.
+ESTIMAND_DEPENDS_ON: dict[str, frozenset[str]] = {
+    "tau": frozenset({"tau", "relevance"}),
+    "utility": frozenset({"tau", "rho", "relevance"}),
+    "relevant": frozenset({"tau", "relevance"}),
+    "workload": frozenset({"tau", "rho", "relevance"}),
+}
+
+
+def posterior_estimands(post: xr.Dataset) -> list[str]:
+    """The decision estimands a ``posterior`` group supports, in :data:`ESTIMAND_DEPENDS_ON` order.
+
+    ``tau`` and ``utility`` always; ``relevant`` with a ``tau_relevant`` variable
+    (gated pair posteriors); ``workload`` when ``tau`` varies by query (a
+    ``query`` or ``pair`` dim).
+    """
+    tau_dims = set(post["tau"].dims) if "tau" in post else set()
+    has = {
+        "relevant": "tau_relevant" in post,
+        "workload": bool(tau_dims & {"query", "pair"}),
+    }
+    return [e for e in ESTIMAND_DEPENDS_ON if has.get(e, True)]
 
 
 def hyperparameter_family(name: str) -> str | None:

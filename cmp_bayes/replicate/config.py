@@ -80,6 +80,15 @@ class ExperimentConfig:
     pool_slots : int
         ``j`` in ``[0, exposure_slots]``: a window design's exposure slots per
         step dealt balanced over the pool (window designs only).
+    holdout : float
+        Share of each store's questions held out as future questions, in
+        ``[0, 1)``: ``round(holdout * Q)`` of a store's ``Q`` questions, at most
+        ``Q - 1`` (a store keeps one asked question; a one-question store holds
+        none out), drawn with the experiment's seed. The log holds only the
+        asked questions' steps, rankings and labels; the experiment scores each
+        method's memory ranking against the evidence of the held-out ones
+        (:mod:`cmp_bayes.replicate.holdout`). 0 (default): every question is
+        asked, the log and the result are today's.
     """
 
     slots: int = 10
@@ -99,6 +108,7 @@ class ExperimentConfig:
     assignment: str = "balanced"
     window: int | None = None
     pool_slots: int = 0
+    holdout: float = 0.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, ModelConfig):
@@ -112,6 +122,11 @@ class ExperimentConfig:
         if self.per_query_fit and not self.fit:
             raise ConfigError("per_query_fit needs fit (the per-query model is a second fit)")
         self._check_design()
+        if isinstance(self.holdout, bool) or not isinstance(self.holdout, numbers.Real) or not (
+            0.0 <= float(self.holdout) < 1.0
+        ):
+            raise ConfigError(f"holdout must be a share in [0, 1), got {self.holdout!r}")
+        object.__setattr__(self, "holdout", float(self.holdout))
         if self.sampler.seed != self.seed:
             # frozen: the one seed is written into the sampler so the result JSON shows what ran
             object.__setattr__(self, "sampler", dataclasses.replace(self.sampler, seed=self.seed))

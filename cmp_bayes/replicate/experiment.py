@@ -59,6 +59,11 @@ class ExperimentResult:
         ids of licensed data); for diagnostics in Python.
     posterior : xarray.DataTree or None
         The fitted posterior (None without a fit); not written to JSON.
+    holdout : dict
+        With ``config.holdout > 0``: the held-out questions' counts and each
+        method's AUC against their evidence, with paired differences
+        (:func:`~cmp_bayes.replicate.holdout.score_holdout`); empty otherwise
+        (and then absent from the JSON, which stays today's).
     """
 
     dataset: str
@@ -73,10 +78,11 @@ class ExperimentResult:
     auc_diff: list[dict[str, Any]] = field(default_factory=list)
     scores: pd.DataFrame | None = None
     posterior: Any = None
+    holdout: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (label ``semi-synthetic``)."""
-        return {
+        out = {
             "label": LABEL,
             "dataset": self.dataset,
             "retriever": self.retriever,
@@ -90,6 +96,9 @@ class ExperimentResult:
             "auc_difference": self.auc_diff,
             "timings_s": self.timings,
         }
+        if self.holdout:
+            out["holdout"] = self.holdout
+        return out
 
     def to_json(self) -> str:
         """One JSON object."""
@@ -125,7 +134,21 @@ class ExperimentResult:
             )
         if self.fit_health:
             lines.append(f"  fit: {self.fit_health}")
+        lines += _holdout_text(self.holdout)
         return "\n".join(lines)
+
+
+def _holdout_text(h: dict[str, Any]) -> list[str]:
+    """The held-out AUC lines (none without held-out questions)."""
+    if not h:
+        return []
+    lines = [f"  held-out questions: {h['questions']} of {h['questions'] + h['asked']}; "
+             f"{h['required']} of {h['memories']} memories required by them"]
+    for r in h["auc"]:
+        lines.append(f"    {r['method']:<32}AUC {_f(r['auc'])} [{_f(r['ci_low'])}, {_f(r['ci_high'])}]")
+    for d in h["auc_difference"]:
+        lines.append(f"    {d['method']} - {d['baseline']}: {_f(d['diff'])} [{_f(d['ci_low'])}, {_f(d['ci_high'])}]")
+    return lines
 
 
 def _design_text(config: ExperimentConfig) -> str:
@@ -207,6 +230,7 @@ def run_experiment(
     fit_health: dict[str, Any] = {}
     scores = {"hajek": tables["hajek"]}
     dt = None
+    fits: dict[str, Any] = {}
     if config.fit:
         from cmp_bayes.model.fit import fit
 
@@ -222,6 +246,8 @@ def run_experiment(
             ev = evaluate(log, dq, level="pair", n_boot=config.n_boot, seed=config.seed)
             rows.append(_auc_row("posterior mean tau per query", "pair", ev))
             fit_health["per_query"] = _health(dq)
+            if config.holdout > 0:
+                fits["query"] = dq  # scored on the held-out questions below
             del dq
         post = dt["posterior"]["tau"].mean(("chain", "draw"))
         scores["posterior"] = pd.DataFrame({"memory_id": post["memory"].to_numpy().astype(str), "estimate": post.to_numpy()})
@@ -256,11 +282,23 @@ def run_experiment(
                         seed=config.seed,
                     )
                 )
+    held: dict[str, Any] = {}
+    if config.holdout > 0:
+        from cmp_bayes.replicate.holdout import held_out_labels, memory_scores, score_holdout
+
+        if dt is not None:
+            fits["memory"] = dt
+        labels = held_out_labels(blocks)
+        held = {"questions": int(sum(len(b.held_out) for b in blocks)),
+                "asked": int(sum(len(b.query_ids) - len(b.held_out) for b in blocks)),
+                **score_holdout(labels, memory_scores(stats, tables, per_query, fits), config.n_boot,
+                                 config.seed, paired_auc_difference)}
+        fits.clear()
     t0 = time.perf_counter()
     rz = block_store_randomization(log, blocks, config, scores)
     timings["store_randomization"] = time.perf_counter() - t0
     return ExperimentResult(dataset.name, retriever.name, dataset.granularity, config, summary, auc, rz, timings,
-                            fit_health, diffs, per_memory, dt)
+                            fit_health, diffs, per_memory, dt, held)
 
 
 def paired_auc_difference(

@@ -33,13 +33,17 @@ Design of the log (:func:`build_log`):
   every step, as the spec requires (a reader recomputes each ``W_t`` from it).
 * ``labels.jsonl``: the benchmark's evidence (required pairs only; every
   other pair is not required).
+* Held-out questions (``holdout > 0``): a seeded share of each store's
+  questions is never asked; the steps draw their question from the others
+  only, so the log (steps, rankings, labels) holds nothing of the held-out
+  ones, and :attr:`StoreBlock.held_out` keeps them for the evaluation.
 """
 
 from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +81,7 @@ class StoreBlock:
     step_query: np.ndarray  # (steps,) local query index
     pool: np.ndarray  # local indices of pool memories
     base: np.ndarray  # (Q,) reader base rates
+    held_out: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # local query indices never asked
 
 
 def build_log(dataset: Dataset, retriever: Retriever, config: ExperimentConfig) -> tuple[ExposureLog, list[StoreBlock]]:
@@ -93,6 +98,8 @@ def build_log(dataset: Dataset, retriever: Retriever, config: ExperimentConfig) 
     from cmp_bayes.design.scheduler import ExposureScheduler
 
     rng = np.random.default_rng([config.seed, 1])
+    # the split has its own stream, so a log without held-out questions is today's bit for bit
+    split_rng = np.random.default_rng([config.seed, 5]) if config.holdout > 0 else None
     reader = config.reader
     nret = config.slots - config.exposure_slots
     blocks: list[StoreBlock] = []
@@ -115,7 +122,14 @@ def build_log(dataset: Dataset, retriever: Retriever, config: ExperimentConfig) 
         # pool size first from the first draft of queries: memories retrieved for every query asked
         pool_guess = store.size - (top.shape[1] if n_q == 1 else 0)
         steps = max(1, math.ceil(config.exposures_per_memory * max(pool_guess, 1) / config.exposure_slots))
-        step_query = np.zeros(steps, dtype=np.int64) if n_q == 1 else rng.integers(n_q, size=steps)
+        held = _held_out(n_q, config.holdout, split_rng)
+        if n_q == 1:
+            step_query = np.zeros(steps, dtype=np.int64)
+        elif held.size == 0:
+            step_query = rng.integers(n_q, size=steps)
+        else:
+            asked = np.setdiff1d(np.arange(n_q), held)
+            step_query = asked[rng.integers(asked.size, size=steps)]
         always = set(top[step_query[0]].tolist())
         for q in np.unique(step_query):
             always &= set(top[q].tolist())
@@ -123,7 +137,7 @@ def build_log(dataset: Dataset, retriever: Retriever, config: ExperimentConfig) 
         groups = store.queries.set_index("query_id").loc[qids, "group"].to_numpy(dtype=object)
         blocks.append(
             StoreBlock(store.store_id, start, steps, mids, qids, groups, order, ranks, ev, step_query, pool,
-                   reader.base_rates(n_q, rng))
+                   reader.base_rates(n_q, rng), held)
         )
         start += steps
     if not blocks:
@@ -171,6 +185,14 @@ def build_log(dataset: Dataset, retriever: Retriever, config: ExperimentConfig) 
         }
     )
     return log, blocks
+
+
+def _held_out(n_q: int, share: float, rng: np.random.Generator | None) -> np.ndarray:
+    """Local indices (sorted) of the store's held-out questions: ``round(share * n_q)``, at most ``n_q - 1``."""
+    if rng is None or n_q < 2:
+        return np.zeros(0, dtype=np.int64)
+    n = min(n_q - 1, round(share * n_q))
+    return np.sort(rng.choice(n_q, size=n, replace=False)).astype(np.int64)
 
 
 @dataclass
@@ -286,7 +308,9 @@ def _assemble(
                 s0 = b.start + int(np.flatnonzero(q == qi)[0])
                 rank_tab.append(pd.DataFrame({"step": s0, "rank": np.arange(m), "memory_id": b.memory_ids[b.order[qi]]}))
         mem_tab.append(pd.DataFrame({"memory_id": b.memory_ids, "created_step": b.start, "deleted_step": b.start + b.steps}))
-        qi, mi = np.nonzero(b.evidence)
+        asked = np.ones(len(b.query_ids), dtype=bool)
+        asked[b.held_out] = False  # a held-out question's evidence stays out of the log
+        qi, mi = np.nonzero(b.evidence & asked[:, None])
         lab_tab.append(pd.DataFrame({"query_id": b.query_ids[qi], "memory_id": b.memory_ids[mi], "required": True}))
     steps = coerce(pd.concat(step_tab, ignore_index=True), STEP_COLUMNS)
     contexts = pd.concat(ctx_tab, ignore_index=True)

@@ -103,6 +103,9 @@ def synthetic_posterior(
     n_queries: int = 3,
     threshold: float = 0.05,
     log_likelihood: bool = False,
+    pair_model: str | None = None,
+    pairs: pd.DataFrame | None = None,
+    query_steps: dict[str, int] | pd.Series | None = None,
 ) -> xr.DataTree:
     """A DataTree that follows the posterior contract (passes ``check_posterior``).
 
@@ -137,6 +140,19 @@ def synthetic_posterior(
         at p = BASELINE + tau (per-query form: the memory-level tau against the
         arms summed over queries; ``fit`` writes the group for memory-level fits
         only). No random draws, so the rest of the tree is the same as without it.
+    pair_model : {None, "gated"}
+        ``"gated"``: the relevance-gated pair form of
+        :mod:`cmp_bayes.testing.gated` (``tau`` over a sparse ``pair`` dim,
+        ``tau_relevant`` = the memories' draws built as usual); ``per_query``
+        and ``log_likelihood`` must then be False.
+    pairs : pandas.DataFrame, optional
+        Gated form: memory_id, query_id, relevance (target P(relevant)),
+        optional rho_mean. Default :func:`cmp_bayes.testing.gated.default_pairs`
+        over ``n_queries`` queries.
+    query_steps : mapping or pandas.Series, optional
+        Gated form: steps per query of the log (the log's query mix written to
+        ``observed_data.query_steps``). Default 10 steps for each of
+        ``q0 .. q{n_queries - 1}`` and every query of ``pairs``.
 
     Returns
     -------
@@ -144,6 +160,15 @@ def synthetic_posterior(
     """
     from cmp_bayes.version import __version__
 
+    if pair_model is not None:
+        from cmp_bayes.testing.gated import gated_posterior
+
+        if per_query or log_likelihood:
+            raise ValueError("the gated form has no per_query or log_likelihood option")
+        mem = memory_table(n_memories, seed) if memories is None else memories.reset_index(drop=True)
+        base = synthetic_posterior(mem, chains=chains, draws=draws, prior_draws=prior_draws, seed=seed,
+                                   divergences=divergences, stuck_chain=stuck_chain, threshold=threshold)
+        return gated_posterior(base, mem, pair_model, n_queries, pairs, query_steps, seed)
     mem = memory_table(n_memories, seed) if memories is None else memories.reset_index(drop=True)
     if draws % 2:
         raise ValueError("draws must be even (the draws are balanced over half-chains)")
