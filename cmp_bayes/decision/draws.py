@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Final
 
 import numpy as np
@@ -72,6 +73,29 @@ class MemoryDraws:
         tau = post[tau_name].transpose("chain", "draw", "memory")
         ident = identification_table(dt["identification"].to_dataset(), est["memory"].to_numpy())
         return cls(variable, est, tau, ident)
+
+    def summaries(self, threshold: float) -> tuple[np.ndarray, np.ndarray]:
+        """P(estimand > ``threshold``) and the posterior mean of the estimand per memory.
+
+        Returns
+        -------
+        tuple of numpy.ndarray
+            Two float64 arrays of shape ``(M,)``: probabilities, and means in
+            the estimand's units (NaN draws skipped, as xarray's mean does).
+            The same numbers as ``(estimand > threshold).mean(("chain", "draw"))``
+            and ``estimand.mean(("chain", "draw"))``, without the copy of every
+            draw that xarray's NaN-skipping mean makes (10^8 draws at 100k memories).
+        """
+        x = self.estimand.to_numpy()
+        flat = x.reshape(-1, x.shape[-1])
+        p = (flat > threshold).mean(axis=0).astype("float64")
+        value = flat.mean(axis=0)
+        bad = np.flatnonzero(np.isnan(value))
+        if bad.size:  # only memories with a NaN draw pay for the NaN-skipping mean
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN: NaN, as xarray
+                value[bad] = np.nanmean(flat[:, bad], axis=0)
+        return p, value.astype("float64")
 
     def numpy(self, index: np.ndarray, max_draws: int) -> tuple[np.ndarray, np.ndarray]:
         """Estimand and tau draws of memories ``index`` as float64 ``(len(index), D)``,
