@@ -90,11 +90,10 @@ class MemoryDraws:
         flat = x.reshape(-1, x.shape[-1])
         p = (flat > threshold).mean(axis=0).astype("float64")
         value = flat.mean(axis=0)
-        bad = np.flatnonzero(np.isnan(value))
-        if bad.size:  # only memories with a NaN draw pay for the NaN-skipping mean
+        if np.isnan(value).any():  # only a posterior with a NaN draw pays for the copy
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN: NaN, as xarray
-                value[bad] = np.nanmean(flat[:, bad], axis=0)
+                value = np.nanmean(flat, axis=0)
         return p, value.astype("float64")
 
     def numpy(self, index: np.ndarray, max_draws: int) -> tuple[np.ndarray, np.ndarray]:
