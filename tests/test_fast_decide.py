@@ -383,3 +383,26 @@ def test_memory_draws_summaries_are_xarray_means() -> None:
         np.testing.assert_array_equal(mean, want_mean)
         assert p.dtype == mean.dtype == np.float64
         assert np.isfinite(mean[2]) and np.isnan(mean[5]) and p[5] == 0
+
+
+def test_exposures_to_resolve_with_capped_useful_table(monkeypatch) -> None:
+    # memories with more useful draws than the bound sums keep only its cheap form
+    from cmp_bayes.decision import preposterior
+
+    monkeypatch.setattr(preposterior, "_BOUND_USEFUL", 4)
+    tau, utility, start = preposterior_draws(60, 200, seed=21)
+    got = preposterior.exposures_to_resolve(tau, tau, 0.05, 1 / 21, start)
+    np.testing.assert_array_equal(got, plain_scan(tau, tau, 0.05, 1 / 21, start))
+    _, bounds = preposterior._screening(tau, tau, 0.05)
+    assert bounds[1].log_w_useful.shape[1] == 4 and not bounds[1].summed.all()
+
+
+def test_memory_draws_numpy_shares_the_array_when_the_estimand_is_tau() -> None:
+    from cmp_bayes.decision.draws import MemoryDraws
+
+    for per_query in (False, True):
+        post = synthetic_posterior(n_memories=30, draws=40, per_query=per_query)
+        e, t = MemoryDraws.from_posterior(post, "tau").numpy(np.array([4, 1]), 50)
+        assert e is t
+        e, t = MemoryDraws.from_posterior(post, "utility").numpy(np.array([4, 1]), 50)
+        assert e is not t and not np.array_equal(e, t)

@@ -98,7 +98,9 @@ class MemoryDraws:
 
     def numpy(self, index: np.ndarray, max_draws: int) -> tuple[np.ndarray, np.ndarray]:
         """Estimand and tau draws of memories ``index`` as float64 ``(len(index), D)``,
-        D <= ``max_draws`` (evenly thinned over chain x draw)."""
+        D <= ``max_draws`` (evenly thinned over chain x draw). When the estimand is
+        tau both are one array (the callers only read them): the gather from the
+        memory-last draws is most of the cost at 100k memories."""
         # sample s of stack(sample=("chain", "draw")) is (chain, draw) = divmod(s, draws):
         # pick the thinned samples of the listed memories only, never the whole array
         chains, n_draw, _ = self.estimand.shape
@@ -107,6 +109,8 @@ class MemoryDraws:
         chain, draw = np.divmod(keep, n_draw)
         pick = (chain[None, :], draw[None, :], np.asarray(index)[:, None])
         e = np.ascontiguousarray(self.estimand.to_numpy()[pick], dtype="float64")
+        if self.estimand.name == self.tau.name:
+            return e, e
         t = np.ascontiguousarray(self.tau.to_numpy()[pick], dtype="float64")
         return e, t
 

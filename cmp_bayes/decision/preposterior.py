@@ -174,20 +174,26 @@ _SCREEN_BLOCK: Final[int] = 512
 #: above the rounding of either side (~1e-10 even at n = MAX_EXPOSURES), so it
 #: never contradicts what reweighted_p would have computed.
 _BOUND_SLACK: Final[float] = 1e-6
+#: Most useful draws per memory that :func:`_surely_below` sums (the (M, K)
+#: table stays small when a few memories have mostly useful draws).
+_BOUND_USEFUL: Final[int] = 128
 
 
 class _Bound(NamedTuple):
     """Per-memory numbers of the screening bound for one ``tau_hat`` (:func:`_screening`).
 
     ``log_w_useful`` (M, K): log weight per exposure, ``-(tau - tau_hat)^2 / (2 s2)``,
-    of each useful draw (K = most useful draws of any memory; -inf pads), and
-    (M,) its row maximum ``max_log_w_useful`` and ``log_n_useful``, the log of
-    the number of useful draws (-inf when none); ``mean_log_w_useless`` (M,): the same averaged over the useless draws;
+    of each useful draw (K = most useful draws of any memory, at most
+    :data:`_BOUND_USEFUL`; -inf pads); ``summed`` (M,): the memory's useful
+    draws all fit in those K; (M,) the largest log weight of a useful draw
+    ``max_log_w_useful`` and ``log_n_useful``, the log of the number of useful
+    draws (-inf when none); ``mean_log_w_useless`` (M,): the same averaged over the useless draws;
     ``log_n_useless`` (M,): log of their count (-inf when none); ``no_useful``
     (M,): the memory has no useful draw.
     """
 
     log_w_useful: np.ndarray
+    summed: np.ndarray
     max_log_w_useful: np.ndarray
     log_n_useful: np.ndarray
     mean_log_w_useless: np.ndarray
@@ -204,9 +210,12 @@ def _screening(
     for lo in range(0, m, _SCREEN_BLOCK):
         sl = slice(lo, lo + _SCREEN_BLOCK)
         n_useful[sl] = (estimand[sl] > threshold).sum(axis=1)
-    k = max(int(n_useful.max()), 1)
+    # memories with more useful draws than _BOUND_USEFUL keep only the cheap bound
+    k = int(min(max(n_useful.max(), 1), _BOUND_USEFUL))
+    summed = n_useful <= k
     tau_hat = np.empty((m, 2))
     log_w_useful = np.full((2, m, k), -np.inf)
+    max_useful = np.full((2, m), -np.inf)
     mean_useless = np.zeros((2, m))
     scale = -1.0 / (2.0 * OUTCOME_VAR)
     for lo in range(0, m, _SCREEN_BLOCK):
@@ -218,17 +227,19 @@ def _screening(
         s1, s2 = rest.sum(axis=1), (rest * rest).sum(axis=1)  # sum tau, tau^2 over useless
         row, col = np.nonzero(useful)  # row-major: each row's useful draws in turn
         slot = np.arange(row.size) - np.repeat(np.cumsum(n_u) - n_u, n_u)
-        top = np.zeros((n_u.size, k))
-        top[row, slot] = t[row, col]
         tau_hat[sl, 0] = np.where(n_l > 0, s1 / np.maximum(n_l, 1), 0.0)
-        tau_hat[sl, 1] = np.where(n_u > 0, top.sum(axis=1) / np.maximum(n_u, 1), 0.0)
+        # the plain scan's expression, so tau_hat is the same to the bit
+        tau_hat[sl, 1] = np.where(n_u > 0, (t * useful).sum(axis=1) / np.maximum(n_u, 1), 0.0)
+        keep = summed[sl][row]
         for h in (0, 1):
             hat = tau_hat[sl, h]
             # mean of (tau - hat)^2 over the useless draws; its rounding (~1e-16 for
             # |tau| <= 1) is far inside _BOUND_SLACK even at MAX_EXPOSURES
             spread = (s2 - 2.0 * hat * s1) / np.maximum(n_l, 1) + hat * hat
             mean_useless[h, sl] = scale * spread
-            log_w_useful[h, lo + row, slot] = scale * (t[row, col] - hat[row]) ** 2
+            log_w = scale * (t[row, col] - hat[row]) ** 2  # of every useful draw
+            np.maximum.at(max_useful[h], lo + row, log_w)
+            log_w_useful[h, lo + row[keep], slot[keep]] = log_w[keep]
     with np.errstate(divide="ignore"):
         log_n_useless = np.log((d - n_useful).astype("float64"))
         log_n_useful = np.log(n_useful.astype("float64"))
@@ -236,7 +247,8 @@ def _screening(
     bounds = tuple(
         _Bound(
             log_w_useful[h],
-            log_w_useful[h].max(axis=1),
+            summed,
+            max_useful[h],
             log_n_useful,
             mean_useless[h],
             log_n_useless,
@@ -270,7 +282,7 @@ def _surely_below(
     limit = np.log(forget_below) - np.log1p(-forget_below) + log_l - _BOUND_SLACK
     with np.errstate(invalid="ignore"):
         surely = bound.log_n_useful[idx] + n * bound.max_log_w_useful[idx] < limit
-    rest = np.flatnonzero(~surely & ~no_useful & np.isfinite(limit))
+    rest = np.flatnonzero(~surely & ~no_useful & np.isfinite(limit) & bound.summed[idx])
     if rest.size:
         a = bound.log_w_useful[idx[rest]] * n[rest, None]
         top = a.max(axis=1)
