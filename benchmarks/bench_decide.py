@@ -1,4 +1,4 @@
-"""Time ``decide`` at 10k and 100k memories: the vectorised R-hat against arviz_stats'.
+"""Time ``decide`` at 10k and 100k memories: today's kernels against the ones they replaced.
 
 Run: ``OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/bench_decide.py
 [--memories 10000 100000] [--out reports/benchmarks/decide.md]``.
@@ -9,15 +9,21 @@ on tau; the prior groups thinned to 2 draws, which decide never reads). Per
 size, one timed ``decide`` each way, wall and CPU time (``time.process_time``,
 all threads of this process):
 
-* after: decide as it is (:func:`cmp_bayes.posterior.sampling_checks.rank_rhat`);
-* before: the same decide with the per-memory R-hat computed as it was, through
-  ``arviz_stats.rhat(method="rank")``, which runs its kernel once per memory
-  from Python (the other changes of issue 15's decide path, the vectorised
-  reasons and draw picking, stay in both columns, so the ratio is the R-hat's).
+* after: decide as it is (:func:`cmp_bayes.posterior.sampling_checks.rank_rhat`,
+  the screened :func:`cmp_bayes.decision.preposterior.exposures_to_resolve`,
+  :meth:`cmp_bayes.decision.draws.MemoryDraws.summaries`);
+* before: the same decide with three parts computed as they were: the
+  per-memory R-hat through ``arviz_stats.rhat(method="rank")`` (its kernel
+  once per memory from Python), ``exposures_to_resolve`` as the plain scan
+  (:func:`plain_scan`: both reweightings of all draws at every try), and
+  P(useful) and the posterior mean through xarray (whose NaN-skipping mean
+  copies every draw). The vectorised reasons and draw picking of issue 15 stay
+  in both columns.
 
-Beside the totals, the CPU time inside the R-hat, the preposterior
-``exposures_to_resolve`` and ``reasons`` (after column), so what remains is
-visible. The machine (nproc, load average before and after) goes in the header.
+Beside the totals, the CPU time inside the R-hat and the preposterior (both
+columns), and ``reasons`` (after column), so what remains is visible; "same
+table" checks that both give the same table (R-hat to 1e-10). The machine
+(nproc, load average before and after) goes in the header.
 """
 
 from __future__ import annotations
@@ -38,6 +44,8 @@ import xarray as xr
 
 from cmp_bayes.atomic import write_text_atomic
 from cmp_bayes.decision import rule
+from cmp_bayes.decision.draws import MemoryDraws
+from cmp_bayes.decision.preposterior import _N_GRID, reweighted_p
 from cmp_bayes.posterior import sampling_checks
 from cmp_bayes.testing import synthetic_posterior
 from cmp_bayes.testing.posterior import memory_table
@@ -53,6 +61,45 @@ def arviz_memory_rhat(draws: xr.DataArray, memories: np.ndarray) -> np.ndarray:
     return sampling_checks.rhat(xr.Dataset({"x": sub}))["x"].to_numpy().astype("float64")
 
 
+def plain_scan(
+    estimand: np.ndarray, tau: np.ndarray, threshold: float, forget_below: float, start: np.ndarray
+) -> np.ndarray:
+    """exposures_to_resolve before its screening bound: every try reweights all draws twice."""
+    m = estimand.shape[0]
+    out = np.full(m, np.nan)
+    if m == 0:
+        return out
+    useful = estimand > threshold
+    n_useful = useful.sum(axis=1)
+    n_useless = (~useful).sum(axis=1)
+    hat_useless = np.where(
+        n_useless > 0, (tau * ~useful).sum(axis=1) / np.maximum(n_useless, 1), 0.0
+    )
+    hat_useful = np.where(n_useful > 0, (tau * useful).sum(axis=1) / np.maximum(n_useful, 1), 0.0)
+    tau_hat = np.stack([hat_useless, hat_useful], axis=1)
+    todo = np.ones(m, dtype=bool)
+    start = np.asarray(start, dtype="float64")
+    for i, n in enumerate(_N_GRID):
+        idx = np.flatnonzero(todo & ((n >= start) | (i == 0)))
+        if idx.size == 0:
+            continue
+        n_eff = np.maximum(float(n), start[idx])
+        p = reweighted_p(estimand[idx], tau[idx], tau_hat[idx], n_eff, threshold)
+        done = (p[:, 0] < forget_below) & ((p[:, 1] >= forget_below) | (n_useful[idx] == 0))
+        out[idx[done]] = n_eff[done]
+        todo[idx[done]] = False
+        if not todo.any():
+            break
+    return out
+
+
+def xarray_summaries(self: MemoryDraws, threshold: float) -> tuple[np.ndarray, np.ndarray]:
+    """MemoryDraws.summaries before: xarray's reductions (the mean copies every draw)."""
+    est = self.estimand
+    p = (est > threshold).mean(("chain", "draw")).to_numpy().astype("float64")
+    return p, est.mean(("chain", "draw")).to_numpy().astype("float64")
+
+
 def timed(fn: Callable[..., Any], spent: dict[str, float], key: str) -> Callable[..., Any]:
     """``fn``, adding its CPU seconds to ``spent[key]``."""
 
@@ -66,13 +113,16 @@ def timed(fn: Callable[..., Any], spent: dict[str, float], key: str) -> Callable
     return wrapper
 
 
-def run_decide(post: xr.DataTree, rhat_fn: Callable[..., Any]) -> tuple[float, float, dict, Any]:
-    """One decide with ``rhat_fn`` as its per-memory R-hat: wall s, CPU s, CPU by part, table."""
+def run_decide(post: xr.DataTree, before: bool) -> tuple[float, float, dict, Any]:
+    """One decide, with the replaced kernels if ``before``: wall s, CPU s, CPU by part, table."""
     spent: dict[str, float] = defaultdict(float)
-    saved = (rule.memory_rhat, rule.exposures_to_resolve, rule.reasons)
-    rule.memory_rhat = timed(rhat_fn, spent, "rhat")
-    rule.exposures_to_resolve = timed(saved[1], spent, "preposterior")
-    rule.reasons = timed(saved[2], spent, "reasons")
+    saved = (rule.memory_rhat, rule.exposures_to_resolve, rule.reason_texts)
+    saved_summaries = MemoryDraws.summaries
+    rule.memory_rhat = timed(arviz_memory_rhat if before else saved[0], spent, "rhat")
+    rule.exposures_to_resolve = timed(plain_scan if before else saved[1], spent, "preposterior")
+    rule.reason_texts = timed(saved[2], spent, "reasons")
+    if before:
+        MemoryDraws.summaries = xarray_summaries  # type: ignore[method-assign]
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -80,7 +130,8 @@ def run_decide(post: xr.DataTree, rhat_fn: Callable[..., Any]) -> tuple[float, f
             table = rule.decide(post).table
             wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     finally:
-        rule.memory_rhat, rule.exposures_to_resolve, rule.reasons = saved
+        rule.memory_rhat, rule.exposures_to_resolve, rule.reason_texts = saved
+        MemoryDraws.summaries = saved_summaries  # type: ignore[method-assign]
     return wall, cpu, dict(spent), table
 
 
@@ -92,15 +143,15 @@ def main() -> None:
 
     load_before = os.getloadavg()
     # warm-up: imports (arviz_stats, scipy) and first calls are not decide's compute
-    run_decide(synthetic_posterior(n_memories=50, chains=CHAINS, draws=DRAWS), arviz_memory_rhat)
-    run_decide(synthetic_posterior(n_memories=50, chains=CHAINS, draws=DRAWS), rule.memory_rhat)
+    run_decide(synthetic_posterior(n_memories=50, chains=CHAINS, draws=DRAWS), True)
+    run_decide(synthetic_posterior(n_memories=50, chains=CHAINS, draws=DRAWS), False)
     rows = []
     for n in args.memories:
         post = synthetic_posterior(
             memory_table(n, seed=0), chains=CHAINS, draws=DRAWS, prior_draws=2, seed=0
         )
-        after = run_decide(post, rule.memory_rhat)
-        before = run_decide(post, arviz_memory_rhat)
+        after = run_decide(post, False)
+        before = run_decide(post, True)
         a, b = after[3], before[3]
         same = a.drop(columns="rhat").equals(b.drop(columns="rhat")) and bool(
             np.allclose(a["rhat"], b["rhat"], rtol=0, atol=1e-10, equal_nan=True)
@@ -119,9 +170,12 @@ def main() -> None:
         f"--memories {' '.join(str(n) for n in args.memories)}` (one run per cell).",
         "",
         f"Posteriors: `synthetic_posterior(memory_table(n))`, {CHAINS} chains x {DRAWS} draws, "
-        "default `Costs` (20:1, threshold 0.05 on tau). Before = the per-memory R-hat through "
-        "`arviz_stats.rhat(method=\"rank\")` (one kernel call per memory); after = "
-        "`sampling_checks.rank_rhat` (vectorised over memories). Everything else identical.",
+        "default `Costs` (20:1, threshold 0.05 on tau). Before = decide with the kernels this "
+        "benchmark's docstring lists as replaced: the per-memory R-hat through "
+        "`arviz_stats.rhat(method=\"rank\")` (one kernel call per memory), `exposures_to_resolve` "
+        "as the plain scan (both reweightings of all draws at every try), P(useful) and means "
+        "through xarray; after = decide as it is (`rank_rhat`, the screened scan, "
+        "`MemoryDraws.summaries`). Everything else identical.",
         "",
         f"Machine: nproc={os.cpu_count()}, {platform.processor() or platform.machine()}, "
         f"Python {platform.python_version()}, numpy {np.__version__}; load average "
@@ -130,17 +184,18 @@ def main() -> None:
         "(the cores are shared with other jobs: wall times are noisy, CPU times less so).",
         "",
         "| memories | R-hat computed | forgotten | before wall / CPU (s) | after wall / CPU (s) "
-        "| CPU ratio | R-hat CPU before / after (s) | after: preposterior / reasons CPU (s) "
-        "| same table |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | :---: |",
+        "| CPU ratio | R-hat CPU before / after (s) | preposterior CPU before / after (s) "
+        "| after: reasons CPU (s) | same table |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | :---: |",
     ]
     for n, n_rhat, n_forget, before, after, same in rows:
         lines.append(
             f"| {n:,} | {n_rhat:,} | {n_forget:,} | {before[0]:.2f} / {before[1]:.2f} | "
             f"{after[0]:.2f} / {after[1]:.2f} | {before[1] / after[1]:.1f}x | "
             f"{before[2].get('rhat', 0.0):.2f} / {after[2].get('rhat', 0.0):.2f} | "
-            f"{after[2].get('preposterior', 0.0):.2f} / {after[2].get('reasons', 0.0):.2f} | "
-            f"{'yes' if same else 'NO'} |"
+            f"{before[2].get('preposterior', 0.0):.2f} / "
+            f"{after[2].get('preposterior', 0.0):.2f} | "
+            f"{after[2].get('reasons', 0.0):.2f} | {'yes' if same else 'NO'} |"
         )
     text = "\n".join(lines) + "\n"
     print(text)

@@ -21,6 +21,7 @@ from cmp_bayes.decision.preposterior import MAX_EXPOSURES
 from cmp_bayes.decision.reasons import reason_texts, times
 from cmp_bayes.decision.rule import decide
 from cmp_bayes.posterior.health import SamplerHealth
+from cmp_bayes.posterior.sampling_checks import rank_rhat
 from cmp_bayes.testing import synthetic_posterior
 from cmp_bayes.testing.posterior import memory_table
 
@@ -222,3 +223,186 @@ def test_memory_draws_numpy_is_the_stacked_thinned_selection() -> None:
                 np.testing.assert_array_equal(e, est.transpose("memory", "sample").to_numpy()[:, keep])
                 np.testing.assert_array_equal(t, tau.transpose("memory", "sample").to_numpy()[:, keep])
                 assert e.dtype == np.float64 and e.flags.c_contiguous
+
+
+# --- issue 15, decide at 100k: the screened preposterior scan, the R-hat kernel's
+# --- tie ranks and gathers, and P(useful) / means without xarray's copy
+
+
+def plain_scan(
+    estimand: np.ndarray, tau: np.ndarray, threshold: float, forget_below: float, start: np.ndarray
+) -> np.ndarray:
+    """exposures_to_resolve as it was: reweighted_p of both tau_hat at every try."""
+    from cmp_bayes.decision.preposterior import _N_GRID, reweighted_p
+
+    m = estimand.shape[0]
+    out = np.full(m, np.nan)
+    if m == 0:
+        return out
+    useful = estimand > threshold
+    n_useful = useful.sum(axis=1)
+    n_useless = (~useful).sum(axis=1)
+    hat_useless = np.where(
+        n_useless > 0, (tau * ~useful).sum(axis=1) / np.maximum(n_useless, 1), 0.0
+    )
+    hat_useful = np.where(n_useful > 0, (tau * useful).sum(axis=1) / np.maximum(n_useful, 1), 0.0)
+    tau_hat = np.stack([hat_useless, hat_useful], axis=1)
+    todo = np.ones(m, dtype=bool)
+    start = np.asarray(start, dtype="float64")
+    for i, n in enumerate(_N_GRID):
+        idx = np.flatnonzero(todo & ((n >= start) | (i == 0)))
+        if idx.size == 0:
+            continue
+        n_eff = np.maximum(float(n), start[idx])
+        p = reweighted_p(estimand[idx], tau[idx], tau_hat[idx], n_eff, threshold)
+        done = (p[:, 0] < forget_below) & ((p[:, 1] >= forget_below) | (n_useful[idx] == 0))
+        out[idx[done]] = n_eff[done]
+        todo[idx[done]] = False
+        if not todo.any():
+            break
+    return out
+
+
+def preposterior_draws(m: int, d: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Estimand and tau draws of every kind the scan meets, and starts (1 to 400)."""
+    rng = np.random.default_rng(seed)
+    share = rng.uniform(0, 0.3, size=(m, 1))  # share of useful-looking draws per memory
+    tau = np.where(
+        rng.random((m, d)) < share,
+        rng.normal(0.15, 0.08, size=(m, d)),
+        rng.normal(0.0, rng.uniform(0.003, 0.05, size=(m, 1)), size=(m, d)),
+    )
+    tau[0] = rng.normal(0.0, 0.001, size=d)  # no useful draw
+    tau[1] = rng.normal(0.5, 0.01, size=d)  # every draw useful
+    tau[2] = np.where(np.arange(d) < 3, 0.3, 0.0)  # two-point, far apart
+    tau[3] = np.where(np.arange(d) < d // 2, 0.051, 0.049)  # straddles the threshold closely
+    tau[4] = np.round(tau[4], 2)  # heavy ties
+    tau[5] = np.where(np.arange(d) < 2, 0.06, 0.0)  # barely useful: hundreds of exposures
+    rho = rng.beta(2, 2, size=(m, d))
+    start = rng.choice([1, 1, 1, 2, 5, 29, 30, 31, 100, 400], size=m)
+    return tau, rho * tau, start
+
+
+@pytest.mark.parametrize("seed", range(4))
+# not 1.0: there "P(useful) >= 1" holds or fails by the last bit of a sum (in the
+# plain scan too), and reweighting one tau_hat rounds differently from two
+@pytest.mark.parametrize("forget_below", [1 / 21, 1 / 6, 0.5, 0.9, 1e-3, 0.0])
+def test_exposures_to_resolve_equals_the_plain_scan(seed: int, forget_below: float) -> None:
+    from cmp_bayes.decision.preposterior import exposures_to_resolve
+
+    tau, utility, start = preposterior_draws(60, 200, seed)
+    for estimand, threshold in ((tau, 0.05), (utility, 0.02)):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            want = plain_scan(estimand, tau, threshold, forget_below, start)
+            got = exposures_to_resolve(estimand, tau, threshold, forget_below, start)
+        np.testing.assert_array_equal(got, want)
+    if 0 < forget_below < 1:  # at the edges nothing ever resolves: c = 0 or 1 is never crossed
+        assert np.isfinite(want).any()
+
+
+def test_exposures_to_resolve_reaches_nan_and_large_counts() -> None:
+    # the scan's far end: resolved only after hundreds of exposures, or never
+    from cmp_bayes.decision.preposterior import MAX_EXPOSURES, exposures_to_resolve
+
+    tau, _, start = preposterior_draws(40, 300, seed=9)
+    start[:] = 1
+    got = exposures_to_resolve(tau, tau, 0.05, 1 / 21, start)
+    np.testing.assert_array_equal(got, plain_scan(tau, tau, 0.05, 1 / 21, start))
+    # every draw useful: no useless-like outcome exists to forget on; draws at 0.049
+    # and 0.051: MAX_EXPOSURES cannot tell them apart
+    assert np.isnan(got[[1, 3]]).all()
+    assert np.nanmax(got) > 30 and np.nanmax(got) <= MAX_EXPOSURES
+
+
+def test_surely_below_never_contradicts_reweighted_p() -> None:
+    # the bound may only say "below" where reweighted_p computes below
+    from cmp_bayes.decision.preposterior import _screening, _surely_below, reweighted_p
+
+    rng = np.random.default_rng(3)
+    tau, utility, _ = preposterior_draws(80, 250, seed=3)
+    for estimand, threshold in ((tau, 0.05), (utility, 0.02)):
+        tau_hat, bounds = _screening(estimand, tau, threshold)
+        idx = np.arange(tau.shape[0])
+        proved = 0
+        for n in (1, 2, 7, 30, 31, 400, 10_000):
+            ns = np.full(idx.size, float(n)) * rng.uniform(1, 1.5, size=idx.size).round(0)
+            p = reweighted_p(estimand, tau, tau_hat, ns, threshold)
+            for h in (0, 1):
+                for c in (1 / 21, 0.3, 0.99):
+                    surely = _surely_below(bounds[h], idx, ns, c)
+                    assert (p[surely, h] < c).all()
+                    proved += int(surely.sum())
+        assert proved > 1000  # and it does prove most of them
+
+
+def test_rank_rhat_balanced_duplicate_draws_and_views() -> None:
+    # synthetic posteriors repeat each value once per half-chain (every draw
+    # tied 2 * chains times); and memory_rhat hands rank_rhat strided views
+    from tests.test_rhat import arviz_rank_rhat
+
+    rng = np.random.default_rng(11)
+    for chains, half in ((2, 50), (3, 17)):
+        base = rng.normal(size=(30, half))
+        x = np.stack([base[:, rng.permutation(half)] for _ in range(2 * chains)], axis=1)
+        x = x.reshape(30, chains, 2 * half)
+        x[:5, 0] += 0.5
+        np.testing.assert_allclose(rank_rhat(x), arviz_rank_rhat(x), rtol=0, atol=1e-10)
+        view = np.moveaxis(np.ascontiguousarray(np.moveaxis(x, 0, 2)), 2, 0)
+        assert not view.flags.c_contiguous
+        np.testing.assert_array_equal(rank_rhat(view), rank_rhat(x))
+
+
+def test_memory_rhat_across_gather_chunks(monkeypatch) -> None:
+    from cmp_bayes.posterior import sampling_checks
+    from tests.test_rhat import arviz_rank_rhat
+
+    post = synthetic_posterior(n_memories=23, draws=40, seed=2)
+    tau = post["posterior"]["tau"]
+    ids = np.asarray(tau["memory"].to_numpy())[[5, 0, 22, 7, 7, 13, 1]]
+    want = arviz_rank_rhat(tau.transpose("memory", "chain", "draw").sel(memory=ids).to_numpy())
+    monkeypatch.setattr(sampling_checks, "_GATHER_CHUNK", 3)
+    np.testing.assert_allclose(sampling_checks.memory_rhat(tau, ids), want, rtol=0, atol=1e-10)
+
+
+def test_memory_draws_summaries_are_xarray_means() -> None:
+    from cmp_bayes.decision.draws import MemoryDraws
+
+    post = synthetic_posterior(n_memories=40, draws=60, seed=5)
+    tau = post["posterior"]["tau"].copy()
+    tau[0, 3, 2] = np.nan  # one NaN draw: skipped by the mean, not useful
+    tau[:, :, 5] = np.nan  # all NaN: NaN mean, P = 0
+    for values in (tau, tau.astype("float32")):
+        est = values.transpose("chain", "draw", "memory")
+        draws = MemoryDraws("tau", est, est, pd.DataFrame())
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            want_mean = est.mean(("chain", "draw")).to_numpy().astype("float64")
+            p, mean = draws.summaries(0.05)
+        want_p = (est > 0.05).mean(("chain", "draw")).to_numpy().astype("float64")
+        np.testing.assert_array_equal(p, want_p)
+        np.testing.assert_array_equal(mean, want_mean)
+        assert p.dtype == mean.dtype == np.float64
+        assert np.isfinite(mean[2]) and np.isnan(mean[5]) and p[5] == 0
+
+
+def test_exposures_to_resolve_with_capped_useful_table(monkeypatch) -> None:
+    # memories with more useful draws than the bound sums keep only its cheap form
+    from cmp_bayes.decision import preposterior
+
+    monkeypatch.setattr(preposterior, "_BOUND_USEFUL", 4)
+    tau, utility, start = preposterior_draws(60, 200, seed=21)
+    got = preposterior.exposures_to_resolve(tau, tau, 0.05, 1 / 21, start)
+    np.testing.assert_array_equal(got, plain_scan(tau, tau, 0.05, 1 / 21, start))
+    _, bounds = preposterior._screening(tau, tau, 0.05)
+    assert bounds[1].log_w_useful.shape[1] == 4 and not bounds[1].summed.all()
+
+
+def test_memory_draws_numpy_shares_the_array_when_the_estimand_is_tau() -> None:
+    from cmp_bayes.decision.draws import MemoryDraws
+
+    for per_query in (False, True):
+        post = synthetic_posterior(n_memories=30, draws=40, per_query=per_query)
+        e, t = MemoryDraws.from_posterior(post, "tau").numpy(np.array([4, 1]), 50)
+        assert e is t
+        e, t = MemoryDraws.from_posterior(post, "utility").numpy(np.array([4, 1]), 50)
+        assert e is not t and not np.array_equal(e, t)

@@ -20,7 +20,7 @@ estimand's draws (tau or rho * tau) are read with those weights.
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, NamedTuple
 
 import numpy as np
 
@@ -104,36 +104,191 @@ def exposures_to_resolve(
         float64 shape ``(M,)``: the smallest admissible n on a grid (every
         integer up to 30, then steps of about 8%), or NaN when even
         ``MAX_EXPOSURES`` does not resolve the memory.
+
+    Notes
+    -----
+    Every memory is tried at its own start, then at each grid point above it
+    (the plain scan over the grid). A try's verdict is :func:`reweighted_p`
+    unless a certain bound settles it first: most tries fail because the
+    useful-like P(useful) is still below ``forget_below``, and almost every
+    useless-like one is far below it; :func:`_surely_below` proves both from a
+    few numbers per useful draw, so the reweighting of all D draws runs about
+    once per memory (the try that succeeds) instead of twice per try.
     """
     m = estimand.shape[0]
     out = np.full(m, np.nan)
     if m == 0:
         return out
-    useful = estimand > threshold
-    n_useful = useful.sum(axis=1)
-    n_useless = (~useful).sum(axis=1)
-    hat_useless = np.where(
-        n_useless > 0, (tau * ~useful).sum(axis=1) / np.maximum(n_useless, 1), 0.0
-    )
-    hat_useful = np.where(n_useful > 0, (tau * useful).sum(axis=1) / np.maximum(n_useful, 1), 0.0)
-    tau_hat = np.stack([hat_useless, hat_useful], axis=1)  # (M, 2)
-    todo = np.ones(m, dtype=bool)
     start = np.asarray(start, dtype="float64")
+    tau_hat, bounds = _screening(estimand, tau, threshold)
+    useless_like, useful_like = bounds
+    no_useful = useful_like.no_useful
+    todo = np.arange(m)  # memories not yet resolved
     for i, n in enumerate(_N_GRID):
         # every memory is tried first at its own start, then at grid points above it
-        idx = np.flatnonzero(todo & ((n >= start) | (i == 0)))
+        idx = todo if i == 0 else todo[n >= start[todo]]
         if idx.size == 0:
+            if todo.size == 0:
+                break
             continue
         n_eff = np.maximum(float(n), start[idx])
-        p = reweighted_p(estimand[idx], tau[idx], tau_hat[idx], n_eff, threshold)
-        forget_if_useless = p[:, 0] < forget_below
-        keep_if_useful = (p[:, 1] >= forget_below) | (n_useful[idx] == 0)
-        done = forget_if_useless & keep_if_useful
-        out[idx[done]] = n_eff[done]
-        todo[idx[done]] = False
-        if not todo.any():
-            break
+        # keep_if_useful: void without useful draws; surely false where the bound says so
+        open_ = no_useful[idx] | ~_surely_below(useful_like, idx, n_eff, forget_below)
+        idx, n_eff = idx[open_], n_eff[open_]
+        if idx.size == 0:
+            continue
+        keep = no_useful[idx].copy()
+        ask = np.flatnonzero(~keep)
+        if ask.size:
+            p1 = _p_after(estimand, tau, tau_hat[:, 1], idx[ask], n_eff[ask], threshold)
+            keep[ask] = p1 >= forget_below
+        idx, n_eff = idx[keep], n_eff[keep]
+        # forget_if_useless: surely true where the bound says so, else computed
+        forget = _surely_below(useless_like, idx, n_eff, forget_below)
+        ask = np.flatnonzero(~forget)
+        if ask.size:
+            p0 = _p_after(estimand, tau, tau_hat[:, 0], idx[ask], n_eff[ask], threshold)
+            forget[ask] = p0 < forget_below
+        out[idx[forget]] = n_eff[forget]
+        todo = np.setdiff1d(todo, idx[forget], assume_unique=True)
     return out
+
+
+def _p_after(
+    estimand: np.ndarray,
+    tau: np.ndarray,
+    hat: np.ndarray,
+    idx: np.ndarray,
+    n: np.ndarray,
+    threshold: float,
+) -> np.ndarray:
+    """:func:`reweighted_p` of memories ``idx`` for one ``tau_hat`` each (``hat[idx]``)."""
+    return reweighted_p(estimand[idx], tau[idx], hat[idx, None], n, threshold)[:, 0]
+
+
+#: Memories per block of :func:`_screening` (its temporaries stay in cache;
+#: whole-array temporaries of 10^7 draws cost more in page faults than in sums).
+_SCREEN_BLOCK: Final[int] = 512
+#: Slack (natural-log units) of :func:`_surely_below`: it answers "surely
+#: below" only when the bound clears ``forget_below`` by a factor exp(1e-6), far
+#: above the rounding of either side (~1e-10 even at n = MAX_EXPOSURES), so it
+#: never contradicts what reweighted_p would have computed.
+_BOUND_SLACK: Final[float] = 1e-6
+#: Most useful draws per memory that :func:`_surely_below` sums (the (M, K)
+#: table stays small when a few memories have mostly useful draws).
+_BOUND_USEFUL: Final[int] = 128
+
+
+class _Bound(NamedTuple):
+    """Per-memory numbers of the screening bound for one ``tau_hat`` (:func:`_screening`).
+
+    ``log_w_useful`` (M, K): log weight per exposure, ``-(tau - tau_hat)^2 / (2 s2)``,
+    of each useful draw (K = most useful draws of any memory, at most
+    :data:`_BOUND_USEFUL`; -inf pads); ``summed`` (M,): the memory's useful
+    draws all fit in those K; (M,) the largest log weight of a useful draw
+    ``max_log_w_useful`` and ``log_n_useful``, the log of the number of useful
+    draws (-inf when none); ``mean_log_w_useless`` (M,): the same averaged over the useless draws;
+    ``log_n_useless`` (M,): log of their count (-inf when none); ``no_useful``
+    (M,): the memory has no useful draw.
+    """
+
+    log_w_useful: np.ndarray
+    summed: np.ndarray
+    max_log_w_useful: np.ndarray
+    log_n_useful: np.ndarray
+    mean_log_w_useless: np.ndarray
+    log_n_useless: np.ndarray
+    no_useful: np.ndarray
+
+
+def _screening(
+    estimand: np.ndarray, tau: np.ndarray, threshold: float
+) -> tuple[np.ndarray, tuple[_Bound, _Bound]]:
+    """``tau_hat`` (M, 2: the useless, the useful draws' mean tau) and the bound of each."""
+    m, d = estimand.shape
+    n_useful = np.empty(m, dtype="int64")
+    for lo in range(0, m, _SCREEN_BLOCK):
+        sl = slice(lo, lo + _SCREEN_BLOCK)
+        n_useful[sl] = (estimand[sl] > threshold).sum(axis=1)
+    # memories with more useful draws than _BOUND_USEFUL keep only the cheap bound
+    k = int(min(max(n_useful.max(), 1), _BOUND_USEFUL))
+    summed = n_useful <= k
+    tau_hat = np.empty((m, 2))
+    log_w_useful = np.full((2, m, k), -np.inf)
+    max_useful = np.full((2, m), -np.inf)
+    mean_useless = np.zeros((2, m))
+    scale = -1.0 / (2.0 * OUTCOME_VAR)
+    for lo in range(0, m, _SCREEN_BLOCK):
+        sl = slice(lo, lo + _SCREEN_BLOCK)
+        useful, t = estimand[sl] > threshold, tau[sl]
+        n_u = n_useful[sl]
+        n_l = d - n_u
+        rest = np.where(useful, 0.0, t)
+        s1, s2 = rest.sum(axis=1), (rest * rest).sum(axis=1)  # sum tau, tau^2 over useless
+        row, col = np.nonzero(useful)  # row-major: each row's useful draws in turn
+        slot = np.arange(row.size) - np.repeat(np.cumsum(n_u) - n_u, n_u)
+        tau_hat[sl, 0] = np.where(n_l > 0, s1 / np.maximum(n_l, 1), 0.0)
+        # the plain scan's expression, so tau_hat is the same to the bit
+        tau_hat[sl, 1] = np.where(n_u > 0, (t * useful).sum(axis=1) / np.maximum(n_u, 1), 0.0)
+        keep = summed[sl][row]
+        for h in (0, 1):
+            hat = tau_hat[sl, h]
+            # mean of (tau - hat)^2 over the useless draws; its rounding (~1e-16 for
+            # |tau| <= 1) is far inside _BOUND_SLACK even at MAX_EXPOSURES
+            spread = (s2 - 2.0 * hat * s1) / np.maximum(n_l, 1) + hat * hat
+            mean_useless[h, sl] = scale * spread
+            log_w = scale * (t[row, col] - hat[row]) ** 2  # of every useful draw
+            np.maximum.at(max_useful[h], lo + row, log_w)
+            log_w_useful[h, lo + row[keep], slot[keep]] = log_w[keep]
+    with np.errstate(divide="ignore"):
+        log_n_useless = np.log((d - n_useful).astype("float64"))
+        log_n_useful = np.log(n_useful.astype("float64"))
+    no_useful = n_useful == 0
+    bounds = tuple(
+        _Bound(
+            log_w_useful[h],
+            summed,
+            max_useful[h],
+            log_n_useful,
+            mean_useless[h],
+            log_n_useless,
+            no_useful,
+        )
+        for h in (0, 1)
+    )
+    return tau_hat, (bounds[0], bounds[1])
+
+
+def _surely_below(
+    bound: _Bound, idx: np.ndarray, n: np.ndarray, forget_below: float
+) -> np.ndarray:
+    """Memories ``idx`` whose P(useful) after ``n`` exposures at the bound's ``tau_hat``
+    is surely below ``forget_below``, bool ``(len(idx),)``.
+
+    After n exposures, P(useful) = U / (U + L) with U, L the sums of
+    ``exp(n * log_w)`` over the useful and the useless draws. By Jensen's
+    inequality L >= n_useless * exp(n * mean(log_w | useless)), so
+    ``U (1 - c) < c * that`` proves P(useful) < c. In logs, with U from the K
+    useful draws alone; :data:`_BOUND_SLACK` absorbs rounding. False where
+    nothing is proved (no useless draws, ``forget_below`` at 0 or 1); P(useful)
+    is 0 for a memory with no useful draw, so it is True there when c > 0.
+    """
+    if not 0.0 < forget_below < 1.0:
+        return np.zeros(idx.size, dtype=bool)  # nothing to prove at the edges
+    no_useful = bound.no_useful[idx]
+    log_l = bound.log_n_useless[idx] + n * bound.mean_log_w_useless[idx]
+    # U < c L (1 - c)^-1 in logs, first with U <= n_useful * exp(n * max log_w)
+    # (two numbers per memory), then, for what that leaves, with U summed
+    limit = np.log(forget_below) - np.log1p(-forget_below) + log_l - _BOUND_SLACK
+    with np.errstate(invalid="ignore"):
+        surely = bound.log_n_useful[idx] + n * bound.max_log_w_useful[idx] < limit
+    rest = np.flatnonzero(~surely & ~no_useful & np.isfinite(limit) & bound.summed[idx])
+    if rest.size:
+        a = bound.log_w_useful[idx[rest]] * n[rest, None]
+        top = a.max(axis=1)
+        log_u = top + np.log(np.exp(a - top[:, None]).sum(axis=1))
+        surely[rest] = log_u < limit[rest]
+    return (surely & np.isfinite(limit)) | no_useful
 
 
 def expected_loss_after(

@@ -166,8 +166,7 @@ def decide(
     )
 
     est = draws.estimand
-    p = (est > costs.threshold).mean(("chain", "draw")).to_numpy().astype("float64")
-    value = est.mean(("chain", "draw")).to_numpy().astype("float64")
+    p, value = draws.summaries(costs.threshold)
     loss_forget = costs.forget_cost * p
     loss_retain = costs.retain_cost * (1.0 - p)
     bayes_forget = loss_forget < loss_retain

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from typing import Final
 
 import numpy as np
 import xarray as xr
@@ -146,6 +147,10 @@ def rhat(ds: xr.Dataset) -> xr.Dataset:
         return arviz_stats.rhat(ds, sample_dims=list(SAMPLE_DIMS), method="rank")
 
 
+#: Memories per gather of :func:`memory_rhat` (2,048 x 1,000 draws = 16 MB).
+_GATHER_CHUNK: Final[int] = 2048
+
+
 def memory_rhat(draws: xr.DataArray, memories: np.ndarray) -> np.ndarray:
     """:func:`rhat` of each listed memory's draws (vectorised: :func:`rank_rhat`).
 
@@ -167,8 +172,15 @@ def memory_rhat(draws: xr.DataArray, memories: np.ndarray) -> np.ndarray:
     index = draws.indexes["memory"].get_indexer(np.asarray(memories))
     if (index < 0).any():
         raise KeyError(f"memory {np.asarray(memories)[index < 0][0]!r} not in the draws")
-    values = draws.transpose("memory", "chain", "draw").to_numpy()
-    return rank_rhat(values[index])
+    # the draws lie memory-last: gather memories per (chain, draw) row, in
+    # chunks that keep the copies small, and hand rank_rhat (memory, chain,
+    # draw) views of them
+    values = draws.transpose("chain", "draw", "memory").to_numpy()
+    out = np.empty(len(index))
+    for lo in range(0, len(index), _GATHER_CHUNK):
+        part = np.take(values, index[lo : lo + _GATHER_CHUNK], axis=2)
+        out[lo : lo + part.shape[2]] = rank_rhat(np.moveaxis(part, 2, 0))
+    return out
 
 
 def divergences(posterior: xr.DataTree) -> tuple[int, int] | None:
