@@ -17,8 +17,8 @@ import xarray as xr
 from cmp_bayes.constants import BFMI_MIN, ESS_PER_CHAIN, RHAT_MAX
 from cmp_bayes.posterior.rhat_kernel import rank_rhat
 
-#: dims that mark a per-memory (not hyper-) parameter.
-ENTITY_DIMS: frozenset[str] = frozenset({"memory", "query"})
+#: dims that mark a per-memory (not hyper-) parameter (``pair``: the gated pair model's pairs).
+ENTITY_DIMS: frozenset[str] = frozenset({"memory", "query", "pair"})
 SAMPLE_DIMS: tuple[str, str] = ("chain", "draw")
 
 
@@ -39,8 +39,9 @@ def hyperparameter_names(posterior: xr.DataTree) -> list[str]:
 
 #: Hyperparameter families by name prefix, and the per-memory quantity each one's draws
 #: enter (docs/model.md): the mixture shape (``tau_*``) and its weights (``weight_*``)
-#: make each memory's tau prior; ``rho_*`` make its rho prior, and nothing else.
-HYPERPARAMETER_FAMILIES: dict[str, str] = {"tau_": "tau", "weight_": "tau", "rho_": "rho"}
+#: make each memory's tau prior; ``rho_*`` make its rho prior, and nothing else; the gated pair
+#: model's ``gate_*`` make each pair's prior of tau (its relevance).
+HYPERPARAMETER_FAMILIES: dict[str, str] = {"tau_": "tau", "weight_": "tau", "rho_": "rho", "gate_": "tau"}
 #: The per-memory quantities each decision estimand is a function of (utility = rho * tau).
 ESTIMAND_DEPENDS_ON: dict[str, frozenset[str]] = {
     "tau": frozenset({"tau"}),
