@@ -9,14 +9,15 @@ broken tree refused) and that decide does not crash on the gated form.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 
 import numpy as np
 import pytensor.tensor as pt
 import pytest
-from pytensor.graph.replace import graph_replace
 import xarray as xr
+from pytensor.graph.replace import graph_replace
 from scipy import stats as sps
 
 from cmp_bayes import read_log
@@ -194,7 +195,7 @@ def test_real_fit_recovers_the_strong_pair(tree) -> None:
     p_rel = post["p_relevant"].mean(("chain", "draw")).values
     tau = post["tau"].mean(("chain", "draw")).values
     # true +0.5 at a 0.3 baseline: the helps prior (median 0.2) shrinks it, not to nothing
-    assert p_rel[strong] > 0.8
+    assert p_rel[strong] > 0.7  # its prior gate is about 0.1-0.3
     assert tau[strong] > 0.15
     assert np.all(np.abs(tau[others_m0]) < 0.1)
     assert np.all(p_rel[others_m0] < 0.5)
@@ -203,7 +204,7 @@ def test_real_fit_recovers_the_strong_pair(tree) -> None:
     pany = post["p_relevant_any"].mean(("chain", "draw")).values
     assert tr[memory.index("m0")] > 0.2
     assert pany[memory.index("m0")] > 0.8
-    assert pany[memory.index("m0")] > np.max(np.delete(pany, memory.index("m0"))) + 0.3
+    assert pany[memory.index("m0")] > np.max(np.delete(pany, memory.index("m0"))) + 0.25
 
 
 def test_contract_save_load_and_refusal(tree, tmp_path) -> None:
@@ -228,14 +229,15 @@ def test_contract_save_load_and_refusal(tree, tmp_path) -> None:
         check_posterior(broken)
 
 
-def test_decide_and_config_errors(tree, log) -> None:
-    from cmp_bayes import decide
+def test_decide_report_and_config_errors(tree, log, tmp_path) -> None:
+    from cmp_bayes import decide, report
     from cmp_bayes.model.fit import fit
 
-    try:
+    # decide may refuse with a clear CmpBayesError (it reads memory-level tau today); any
+    # other exception is a crash
+    with contextlib.suppress(CmpBayesError):
         decide(tree)
-    except CmpBayesError:
-        pass  # a clear refusal is allowed; any other exception is a crash
+    assert report(tree, tmp_path / "report").exists()
     with pytest.raises(ConfigError, match="pair_model"):
         ModelConfig(pair_model="sparse")
     with pytest.raises(ConfigError, match="by='query'"):

@@ -104,7 +104,9 @@ def fit(
         if model.pair_model == "gated":
             from cmp_bayes.model.gated_fit import fit_gated
 
-            return fit_gated(stats, exposure_stats(log, by="pair"), model, scfg, meta)
+            tree = fit_gated(stats, exposure_stats(log, by="pair"), model, scfg, meta)
+            tree.attrs.update(root_attrs(model, scfg, meta, tree.attrs["outcome_kind"], by="query"))
+            return tree
         pair_stats = exposure_stats(log, by="query")
     return fit_stats(stats, memory_group, model, scfg, meta, pair_stats=pair_stats)
 

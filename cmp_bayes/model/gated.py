@@ -35,8 +35,8 @@ import numpy as np
 import pandas as pd
 import pymc as pm
 import pytensor.tensor as pt
-from pytensor.gradient import disconnected_grad
 import xarray as xr
+from pytensor.gradient import disconnected_grad
 
 from cmp_bayes.model.build import ModelData, build_model, hyper_shapes, model_data, prior_terms
 from cmp_bayes.model.config import ModelConfig

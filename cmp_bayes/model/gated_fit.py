@@ -45,6 +45,10 @@ def fit_gated(
 ) -> xr.DataTree:
     """Fit on memory-level and sparse pair statistics; return the gated posterior.
 
+    The tree carries the root attributes ``outcome_kind``, ``pair_model``,
+    ``thin_step`` and the fit attempts; :func:`cmp_bayes.model.fit.fit` adds the
+    rest (``root_attrs``).
+
     Parameters
     ----------
     stats : xarray.Dataset
@@ -57,7 +61,6 @@ def fit_gated(
     """
     import pymc as pm
 
-    from cmp_bayes.model.fit import root_attrs
     from cmp_bayes.model.gated import build_gated_model, gated_data, gated_hyper_shapes
     from cmp_bayes.model.gated_recover import recover_gated
     from cmp_bayes.model.sampling import attempts_json, sample_until_healthy
@@ -93,7 +96,8 @@ def fit_gated(
     if meta.get("memory_text") is not None:
         groups["posterior"] = with_memory_text(groups["posterior"], meta["memory_text"])
     tree = xr.DataTree.from_dict(groups)
-    tree.attrs.update(root_attrs(config, scfg, meta, gd.base.outcome_kind, by="query"))
+    # the caller (cmp_bayes.model.fit.fit) adds the other root attributes of the contract
+    tree.attrs["outcome_kind"] = gd.base.outcome_kind
     tree.attrs["pair_model"] = "gated"
     tree.attrs["thin_step"] = int(step)
     tree.attrs["fit_attempts"] = attempts_json(attempts)

@@ -76,8 +76,10 @@ GATED_DIMS: dict[str, tuple[str, ...]] = {
     "posterior_predictive": (*SAMPLE_DIMS, "pair"),
     "prior_predictive": (*SAMPLE_DIMS, "pair"),
     "observed_data": ("pair",),
-    "pair_identification": ("pair",),
 }
+#: The gated form's extra group: the design's identification status of every pair (``status``
+#: over ``pair``); optional.
+PAIR_IDENTIFICATION: str = "pair_identification"
 
 
 def is_gated(attrs: Mapping[str, Any]) -> bool:
@@ -112,8 +114,6 @@ GROUPS: tuple[GroupContract, ...] = (
     # each exposed memory's marginal log-likelihood per draw, for PSIS-LOO; memory-level
     # fits only, over the exposed memories (a subset of the posterior's memory ids)
     GroupContract("log_likelihood", (LOG_LIKELIHOOD_VAR,), _DRAWN, _DRAWN, required=False),
-    # gated pair model only: the design's identification status of every pair
-    GroupContract("pair_identification", ("status",), ("pair",), ("pair",), required=False),
 )
 #: Group name -> its contract.
 GROUP: dict[str, GroupContract] = {g.name: g for g in GROUPS}

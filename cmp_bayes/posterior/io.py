@@ -27,6 +27,7 @@ from cmp_bayes.posterior.contract import (
     GROUPS,
     MEMORY_TEXT,
     PAIR_COORDS,
+    PAIR_IDENTIFICATION,
     REQUIRED_ATTRS,
     REQUIRED_GROUPS,
     SAMPLE_DIMS,
@@ -222,6 +223,10 @@ def _gated_problems(dt: xr.DataTree, post: xr.Dataset) -> list[str]:
                 problems.append(
                     f"{group.name} variable '{v}' has dims {ds[v].dims}, expected at least {tuple(sorted(want))}"
                 )
+    if PAIR_IDENTIFICATION in dt.children:
+        pid = dt[PAIR_IDENTIFICATION].to_dataset()
+        if "status" not in pid.data_vars or pid["status"].dims != ("pair",):
+            problems.append(f"group '{PAIR_IDENTIFICATION}' lacks variable 'status' over ('pair',)")
     return problems
 
 
