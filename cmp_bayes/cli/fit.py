@@ -9,11 +9,13 @@ if TYPE_CHECKING:
     import xarray as xr
 
 from cmp_bayes.cli.options import DataclassFlags
-from cmp_bayes.model.config import SAMPLERS, SamplerConfig
+from cmp_bayes.model.config import SAMPLERS, ModelConfig, SamplerConfig
 
 #: --sampler, --draws, --tune, --chains, --seed, ... from SamplerConfig; the progress bar
 #: keeps its older spelling --no-progress
 _SAMPLER_FLAGS = DataclassFlags(SamplerConfig, exclude=("progressbar",), choices={"sampler": SAMPLERS})
+#: --pair-model from ModelConfig (the other model settings live in --config's [model])
+_MODEL_FLAGS = DataclassFlags(ModelConfig, only=("pair_model",), choices={"pair_model": ("normal", "gated")})
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,6 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "dask.distributed address such as tcp://host:8786",
     )
     _SAMPLER_FLAGS.add_to(parser.add_argument_group("sampler (flags override --config's [sampler])"))
+    _MODEL_FLAGS.add_to(parser.add_argument_group("model (flags override --config's [model])"))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -59,7 +62,8 @@ def run(args: argparse.Namespace) -> int:
         if args.scheduler is not None:
             raise ConfigError("--scheduler only applies with --engine dask")
         data = read_log(args.log)
-    tree = fit(data, model=cfg.model, sampler=scfg, by=args.by)
+    model = ModelConfig.from_dict({**cfg.model.to_dict(), **_MODEL_FLAGS.overrides(args)}, source="options")
+    tree = fit(data, model=model, sampler=scfg, by=args.by)
     out = save_posterior(tree, args.output or default_output(args.log), thin=args.thin)
     for line in retry_lines(tree):
         print(line)

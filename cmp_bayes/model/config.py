@@ -109,6 +109,17 @@ class ModelConfig:
         Per-query variant only (``by="query"``): the sd of a memory-query pair's tau
         around the memory's tau (outcome units; fixed, not learned, because a handful
         of exposures per pair cannot estimate it; see cmp_bayes.model.per_query).
+    pair_model : {"normal", "gated"}
+        Per-query variant only (``by="query"``): "normal" (default) pools each pair's
+        tau toward the memory's tau with a Normal kernel of sd ``query_sd`` (dense
+        memory x query posterior); "gated" is the relevance-gated pair model
+        tau(m, q) = z(m, q) delta_m, z ~ Bernoulli(p_mq), logit p_mq linear in the
+        retriever's rank of m for q (sparse ``pair`` posterior; see
+        cmp_bayes.model.gated and docs/model.md).
+    gate_intercept : tuple of float
+        Gated pair model only: Normal prior (mean, sd) of the gate's intercept, the
+        log-odds that a pair with average rank covariates is relevant. Default
+        (-2, 1.5): about one pair in eight among the pairs a design touched, wide.
     prior_draws : int
         Draws of the prior and prior predictive groups.
     jitter : bool
@@ -135,6 +146,8 @@ class ModelConfig:
     rho_intercept: tuple[float, float] = (-2.0, 2.0)
     rho_kappa: tuple[float, float] = (5.0, 1.5)
     query_sd: float = 0.05
+    pair_model: str = "normal"
+    gate_intercept: tuple[float, float] = (-2.0, 1.5)
     prior_draws: int = 500
     jitter: bool = True
 
@@ -161,6 +174,10 @@ class ModelConfig:
             _, sd = getattr(self, name)
             if not sd > 0:
                 raise ConfigError(f"model.{name} must be (mean, sd > 0), got {getattr(self, name)}")
+        if self.pair_model not in ("normal", "gated"):
+            raise ConfigError(f"model.pair_model must be 'normal' or 'gated', got {self.pair_model!r}")
+        if not self.gate_intercept[1] > 0:
+            raise ConfigError(f"model.gate_intercept must be (mean, sd > 0), got {self.gate_intercept}")
         if not 0 < self.query_sd <= 1:
             raise ConfigError(f"model.query_sd must be in (0, 1], got {self.query_sd}")
         if not (self.coef_sd > 0 and self.group_sd > 0):

@@ -51,7 +51,9 @@ def fit(
     by : {None, "query"}
         ``"query"`` fits the per-query variant (tau per memory-query pair pooled
         toward the memory's tau; needs an ExposureLog; see
-        :mod:`cmp_bayes.model.per_query`).
+        :mod:`cmp_bayes.model.per_query`). With
+        ``model=ModelConfig(pair_model="gated")`` the relevance-gated pair model
+        instead (sparse ``pair`` posterior; :mod:`cmp_bayes.model.gated`).
     **overrides
         Any :class:`~cmp_bayes.model.config.SamplerConfig` field (``draws``,
         ``tune``, ``chains``, ``seed``, ``progressbar``, ``keep_draws``, ...) for
@@ -90,6 +92,8 @@ def fit(
     scfg = sampler_config(sampler, **overrides)
     if by not in (None, "query"):
         raise ConfigError(f"by must be None or 'query', got {by!r}")
+    if model.pair_model == "gated" and by != "query":
+        raise ConfigError("model.pair_model = 'gated' is a pair model: fit it with by='query'")
     stats, memory_group, meta = memory_inputs(log)
     pair_stats = None
     if by == "query":
@@ -97,6 +101,12 @@ def fit(
             raise ConfigError("the per-query model (by='query') needs an ExposureLog, not a statistics Dataset")
         from cmp_bayes.statistics import exposure_stats
 
+        if model.pair_model == "gated":
+            from cmp_bayes.model.gated_fit import fit_gated
+
+            tree = fit_gated(stats, exposure_stats(log, by="pair"), model, scfg, meta)
+            tree.attrs.update(root_attrs(model, scfg, meta, tree.attrs["outcome_kind"], by="query"))
+            return tree
         pair_stats = exposure_stats(log, by="query")
     return fit_stats(stats, memory_group, model, scfg, meta, pair_stats=pair_stats)
 

@@ -58,6 +58,35 @@ class GroupContract:
 _DRAWN = (*SAMPLE_DIMS, "memory")
 _DRAWN_Q = (*_DRAWN, "query")
 
+#: Root attribute naming the pair model of a per-query posterior, and its gated value.
+PAIR_MODEL_ATTR, PAIR_GATED = "pair_model", "gated"
+#: The gated pair model's variables over (chain, draw, pair) and over (chain, draw, memory),
+#: its hyperparameters (``gate_coef`` over ``gate_covariate`` only when the log has rankings),
+#: and the coordinates along ``pair``.
+GATED_PAIR_VARS: tuple[str, ...] = ("tau", "rho", "utility", "p_relevant")
+GATED_MEMORY_VARS: tuple[str, ...] = (
+    "tau_relevant", "p_relevant_any", "tau_memory", "rho_memory", "utility_memory",
+)
+GATED_HYPER_VARS: tuple[str, ...] = ("gate_intercept",)
+PAIR_COORDS: tuple[str, str] = ("memory_id", "query_id")
+#: Dims of each group's contract variables in the gated form (groups not listed: as memory-level).
+GATED_DIMS: dict[str, tuple[str, ...]] = {
+    "posterior": (*SAMPLE_DIMS, "pair"),
+    "prior": (*SAMPLE_DIMS, "pair"),
+    "posterior_predictive": (*SAMPLE_DIMS, "pair"),
+    "prior_predictive": (*SAMPLE_DIMS, "pair"),
+    "observed_data": ("pair",),
+}
+#: The gated form's extra group: the design's identification status of every pair (``status``
+#: over ``pair``); optional.
+PAIR_IDENTIFICATION: str = "pair_identification"
+
+
+def is_gated(attrs: Mapping[str, Any]) -> bool:
+    """Whether a posterior's root attributes say it is the gated pair model's."""
+    return str(attrs.get(PAIR_MODEL_ATTR, "")) == PAIR_GATED
+
+
 #: Every group of the contract, in the order docs/model.md lists them.
 GROUPS: tuple[GroupContract, ...] = (
     GroupContract("posterior", MEMORY_VARS, _DRAWN, _DRAWN_Q, required=True),
@@ -103,7 +132,8 @@ REQUIRED_ATTRS: tuple[str, ...] = (
 #: and ``store`` (JSON) are the fitted log's ``design.json`` top-level fields of the
 #: same names (a live session's log id and the memory system's scope), copied by
 #: ``fit`` when the design has them; see :mod:`cmp_bayes.posterior.provenance`.
-OPTIONAL_ATTRS: tuple[str, ...] = ("fit_attempts", "fit_attempt_kept", "log_id", "store")
+#: ``pair_model`` (str) is ``"gated"`` on the gated pair model's posteriors (:data:`GATED_DIMS`).
+OPTIONAL_ATTRS: tuple[str, ...] = ("fit_attempts", "fit_attempt_kept", "log_id", "store", PAIR_MODEL_ATTR)
 #: Non-dimension coordinate along ``memory`` of the ``posterior`` group: each memory's
 #: text from the log's ``memories.jsonl`` ("" for a memory without one). Present only
 #: when the fitted log had texts; see :mod:`cmp_bayes.posterior.provenance`.

@@ -20,13 +20,20 @@ from cmp_bayes.atomic import write_with
 from cmp_bayes.errors import PosteriorError
 from cmp_bayes.posterior.contract import (
     BY_QUERY,
+    GATED_DIMS,
+    GATED_HYPER_VARS,
+    GATED_MEMORY_VARS,
+    GATED_PAIR_VARS,
     GROUPS,
     MEMORY_TEXT,
+    PAIR_COORDS,
+    PAIR_IDENTIFICATION,
     REQUIRED_ATTRS,
     REQUIRED_GROUPS,
     SAMPLE_DIMS,
     compatible,
     fit_attempts,
+    is_gated,
     memory_level_vars,
 )
 
@@ -147,7 +154,9 @@ def check_posterior(dt: xr.DataTree, where: str = "posterior") -> None:
     post = dt["posterior"].to_dataset()
     by = str(dt.attrs.get("by") or ("query" if "query" in getattr(post.get("tau"), "dims", ()) else "memory"))
     problems: list[str] = []
-    for group in GROUPS:
+    if is_gated(dt.attrs):
+        problems = _gated_problems(dt, post)
+    for group in GROUPS if not is_gated(dt.attrs) else ():
         if group.name not in dt.children:
             continue
         ds = dt[group.name].to_dataset()
@@ -182,6 +191,43 @@ def check_posterior(dt: xr.DataTree, where: str = "posterior") -> None:
         lead = "not a cmp_bayes posterior: " if "cmp_bayes_version" in missing else ""
         raise PosteriorError(f"{where}: {lead}root attribute(s) {missing} missing")
     fit_attempts(dt.attrs, where)  # optional, but when present it must parse
+
+
+def _gated_problems(dt: xr.DataTree, post: xr.Dataset) -> list[str]:
+    """What a gated pair-model posterior lacks (root attribute ``pair_model = "gated"``)."""
+    problems: list[str] = []
+    pair_dims = set(GATED_DIMS["posterior"])
+    mem_dims = {*SAMPLE_DIMS, "memory"}
+    lacking = [v for v in (*GATED_PAIR_VARS, *GATED_MEMORY_VARS, *GATED_HYPER_VARS) if v not in post.data_vars]
+    if lacking:
+        problems.append(f"gated posterior lacks variable(s) {lacking}")
+    for v in GATED_PAIR_VARS:
+        if v in post and set(post[v].dims) != pair_dims:
+            problems.append(f"posterior variable '{v}' has dims {post[v].dims}, expected {tuple(sorted(pair_dims))}")
+    for v in GATED_MEMORY_VARS:
+        if v in post and set(post[v].dims) != mem_dims:
+            problems.append(f"posterior variable '{v}' has dims {post[v].dims}, expected {tuple(sorted(mem_dims))}")
+    for c in PAIR_COORDS:
+        if c not in post.coords or post[c].dims != ("pair",):
+            problems.append(f"posterior lacks coordinate '{c}' along ('pair',)")
+    for group in GROUPS:
+        if group.name == "posterior" or group.name not in dt.children:
+            continue
+        ds = dt[group.name].to_dataset()
+        want = set(GATED_DIMS.get(group.name, group.dims))
+        variables = GATED_PAIR_VARS if group.name == "prior" else group.variables
+        for v in variables:
+            if v not in ds.data_vars:
+                problems.append(f"group '{group.name}' lacks variable '{v}'")
+            elif not want <= set(ds[v].dims):
+                problems.append(
+                    f"{group.name} variable '{v}' has dims {ds[v].dims}, expected at least {tuple(sorted(want))}"
+                )
+    if PAIR_IDENTIFICATION in dt.children:
+        pid = dt[PAIR_IDENTIFICATION].to_dataset()
+        if "status" not in pid.data_vars or pid["status"].dims != ("pair",):
+            problems.append(f"group '{PAIR_IDENTIFICATION}' lacks variable 'status' over ('pair',)")
+    return problems
 
 
 def _check_log_likelihood(dt: xr.DataTree, post: xr.Dataset, where: str) -> None:

@@ -1,0 +1,256 @@
+"""The relevance-gated pair model (``fit(log, by="query", model=ModelConfig(pair_model="gated"))``).
+
+Model, per (memory, query) pair of the sparse pair statistics
+(``exposure_stats(log, by="pair")``):
+
+    tau(m, q) = z(m, q) * delta_m,       z(m, q) ~ Bernoulli(p_mq),
+    logit p_mq = gate_intercept + gate_coef . x_mq,
+
+``x_mq`` the retriever's rank of m for q at that query's steps (standardised
+``log1p`` of the pair's best or median rank, ``ModelConfig.rank_summary``, and a
+centred never-ranked indicator), ``delta_m`` the memory's effect when relevant
+under the memory-level mixture prior of :mod:`cmp_bayes.model.build`
+(intercept-only weights: the rank information goes to the gate).
+
+delta_m is the mixture's helps / hurts components (a relevant memory does
+something); an irrelevant pair's effect is the null component Normal(0, s0),
+small but not exactly 0, as in the memory-level model. Both z and delta are
+integrated out on the grid. Per pair the likelihood of delta at grid point g is
+``p_mq exp(L_mq,g) + (1 - p_mq) sum_h null_h exp(L_mq,h)`` (with s0 -> 0 the
+second term is ``exp(L_mq,0)``), where
+``L_mq`` (the pair's exposed arm against its controls, :func:`pair_arms`) is
+computed once as data; a memory's marginal likelihood is
+``sum_g prior_g(theta) prod_q [...]``. Only the pairs with exposures enter the
+graph (a pair without any has a flat L and contributes exactly 0), as a
+(pairs x G) array: never memory x query. rho is the memory-level hierarchy of
+build.py without covariates.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import pymc as pm
+import pytensor.tensor as pt
+import xarray as xr
+from pytensor.gradient import disconnected_grad
+
+from cmp_bayes.model.build import ModelData, build_model, hyper_shapes, model_data, prior_terms
+from cmp_bayes.model.config import ModelConfig
+from cmp_bayes.model.grid import log_likelihood
+
+#: Hyperparameters the gated model adds to the memory-level ones.
+GATE_VARS: tuple[str, ...] = ("gate_intercept", "gate_coef")
+#: Floor of a pair's gated likelihood (a row whose every term underflows).
+_FLOOR: float = 1e-300
+
+
+@dataclass
+class GatedData:
+    """What the graph and the recovery of the gated model share.
+
+    Attributes
+    ----------
+    base : ModelData
+        The memory-level data (no covariates, no groups; its ``informative`` is
+        empty: tau enters only through the gate potential).
+    pairs : xarray.Dataset
+        The sparse pair statistics, dim ``pair``.
+    pair_memory : ndarray of int, shape (N,)
+        Each pair's memory (row of ``base.memory``); pairs sorted by memory.
+    loglik : ndarray, shape (N, G)
+        Pair log-likelihood of tau on the grid, each informative row shifted to
+        maximum 0; rows without exposures are 0.
+    informative : ndarray of int, shape (Ni,)
+        Pairs with at least one exposure (pool or window arm).
+    x : ndarray, shape (N, P)
+        Standardised gate covariates.
+    x_never : ndarray, shape (P,)
+        The covariates of a pair its memory's queries never ranked (memories without pairs).
+    covariate_names : list of str
+    arms : dict of ndarray, shape (N,)
+        The pair arms the likelihood used (:func:`pair_arms`).
+    """
+
+    base: ModelData
+    pairs: xr.Dataset
+    pair_memory: np.ndarray
+    loglik: np.ndarray
+    informative: np.ndarray
+    x: np.ndarray
+    x_never: np.ndarray
+    covariate_names: list[str]
+    arms: dict[str, np.ndarray]
+
+    @property
+    def zero(self) -> int:
+        """Index of the grid point tau = 0."""
+        return self.base.grid.points.size // 2
+
+
+def pair_arms(pairs: xr.Dataset, outcome_kind: str) -> dict[str, np.ndarray]:
+    """Each pair's exposed and control arms, both designs' evidence together, shape (pair,).
+
+    Exposed: the pool arm's exposures plus the window arm's randomized exposures
+    (``pi_t < 1``; a ``pi_t = 1`` step has no chance of being a control and is
+    left out), the latter's outcome sum ``n_w * ybar_w`` with ``ybar_w`` the
+    self-normalized IPW mean ``sum w Y / sum w`` (``w = 1 / pi_t``). Control: the
+    pool arm's control, every step of the query with the memory in the store and
+    not in the context, which includes the window arm's eligible-but-not-exposed
+    steps. Fractional outcomes: the window exposures' sum of squares is bounded by
+    their sum (``Y^2 <= Y`` on [0, 1]), a conservative variance.
+    """
+    def v(name: str) -> np.ndarray:
+        return np.asarray(pairs[name].values, dtype=np.float64)
+
+    n_w = np.maximum(v("window_exposed") - v("window_certain"), 0.0)
+    w = v("window_exposed_w")
+    ybar = np.divide(v("window_exposed_wy"), w, out=np.zeros_like(w), where=w > 0)
+    n_w = np.where(w > 0, n_w, 0.0)
+    y_w = n_w * ybar
+    return {
+        "exposed": v("exposed") + n_w,
+        "exposed_outcome_sum": v("exposed_outcome_sum") + y_w,
+        # Y^2 = Y for binary outcomes; a bound (Y^2 <= Y) for fractional ones
+        "exposed_outcome_sumsq": v("exposed_outcome_sumsq") + y_w,
+        "control": v("control"),
+        "control_outcome_sum": v("control_outcome_sum"),
+        "control_outcome_sumsq": v("control_outcome_sumsq"),
+    }
+
+
+def gate_covariates(pairs: xr.Dataset, summary: str) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """The gate's covariates per pair: the rank of m in the rankings of q's steps.
+
+    ``log_rank``: log1p of the pair's median or best 0-based rank (``summary``),
+    standardised over ranked pairs, 0 for never-ranked ones; ``never_ranked``: 1
+    when no ranking of the query's steps lists m, centred. Constant columns dropped.
+
+    Returns
+    -------
+    (x (N, P), x_never (P,), names): ``x_never`` is the row of a never-ranked pair.
+    """
+    var = {"median": "rank_median", "best": "rank_best"}[summary]
+    ranked = np.asarray(pairs["ranked"].values) > 0
+    rank = np.asarray(pairs[var].values, dtype=np.float64)
+    cols, never_row, names = [], [], []
+    if ranked.sum() >= 2:
+        lr = np.log1p(np.where(ranked, rank, 0.0))
+        mu, sd = lr[ranked].mean(), lr[ranked].std()
+        if sd > 0:
+            cols.append(np.where(ranked, (lr - mu) / sd, 0.0))
+            never_row.append(0.0)
+            names.append("log_rank")
+    never = (~ranked).astype(np.float64)
+    if 0 < never.sum() < never.size:
+        cols.append(never - never.mean())
+        never_row.append(1.0 - never.mean())
+        names.append("never_ranked")
+    if not cols:
+        return np.zeros((ranked.size, 0)), np.zeros(0), []
+    return np.column_stack(cols), np.asarray(never_row), names
+
+
+def gated_data(stats: xr.Dataset, pairs: xr.Dataset, config: ModelConfig) -> GatedData:
+    """Precompute the gated model's data from the memory-level and the pair statistics."""
+    base_cfg = dataclasses.replace(config, use_rank=False, use_groups=False)
+    base = model_data(stats, base_cfg, None)
+    base.informative = np.zeros(0, dtype=np.int64)
+    kind = base.outcome_kind
+    memory = pd.Index(base.memory)
+    pair_memory = memory.get_indexer(np.asarray(pairs["memory_id"].values).astype(str))
+    if (pair_memory < 0).any():
+        raise ValueError("pair statistics name a memory the memory-level statistics lack")
+    order = np.argsort(pair_memory, kind="stable")
+    if not np.array_equal(order, np.arange(order.size)):
+        pairs = pairs.isel(pair=order)
+        pair_memory = pair_memory[order]
+    arms = pair_arms(pairs, kind)
+    loglik = log_likelihood(arms, base.grid, kind, config.baseline_nodes, bound="clip")
+    x, x_never, names = gate_covariates(pairs, config.rank_summary) if config.use_rank else (
+        np.zeros((pair_memory.size, 0)), np.zeros(0), [])
+    return GatedData(
+        base=base, pairs=pairs, pair_memory=pair_memory.astype(np.int64), loglik=loglik,
+        informative=np.flatnonzero(arms["exposed"] > 0), x=x, x_never=x_never,
+        covariate_names=names, arms=arms,
+    )
+
+
+def gated_hyper_shapes(gd: GatedData) -> dict[str, tuple[int, ...]]:
+    """Name -> shape of every hyperparameter the gated graph samples."""
+    shapes = dict(hyper_shapes(gd.base))
+    shapes["gate_intercept"] = ()
+    if gd.covariate_names:
+        shapes["gate_coef"] = (len(gd.covariate_names),)
+    return shapes
+
+
+def delta_prior(h: dict, base: ModelData):
+    """Pmf of delta on the grid, shape (G,), and the null component's pmf, shape (G,) (symbolic).
+
+    delta (the effect when relevant) is the mixture's "helps" and "hurts"
+    components with weights softmax(eta_helps, eta_hurts): a memory that is
+    relevant to a query does something; "does nothing" is the gate's z = 0, under
+    which a pair's effect is the null component Normal(0, s0). (Probabilities, not
+    logs: the point tau = 0 has probability 0 under delta, and a log there has no
+    gradient.)
+    """
+    terms = prior_terms(h, base, np.zeros(1, dtype=np.int64))
+    w = pt.special.softmax(terms["eta"][0])
+    pmf = pt.exp(terms["log_pmf"])
+    return pt.dot(w, pmf[1:]), pmf[0]
+
+
+def build_gated_model(gd: GatedData, config: ModelConfig) -> pm.Model:
+    """The PyMC model: memory-level hyperparameters, the gate, and the gated tau potential."""
+    base_cfg = dataclasses.replace(config, use_rank=False, use_groups=False)
+    model = build_model(gd.base, base_cfg)
+    inf = gd.informative
+    with model:
+        h = {n: model[n] for n in hyper_shapes(gd.base)}
+        gate = pm.Normal("gate_intercept", mu=config.gate_intercept[0], sigma=config.gate_intercept[1])
+        logit = pt.zeros((inf.size,)) + gate
+        if gd.covariate_names:
+            model.add_coord("gate_covariate", gd.covariate_names)
+            coef = pm.Normal("gate_coef", 0.0, config.coef_sd, dims="gate_covariate")
+            logit = logit + pt.dot(pt.as_tensor_variable(gd.x[inf]), coef)
+        if inf.size:
+            lik = np.exp(gd.loglik[inf])  # (Ni, G), row max 1
+            prior, null_pmf = delta_prior(h, gd.base)
+            p = pt.sigmoid(logit)
+            null_lik = pt.dot(pt.as_tensor_variable(lik), null_pmf)  # (Ni,): the pair under z = 0
+            term = pt.log(pt.maximum(p[:, None] * lik + ((1 - p) * null_lik)[:, None], _FLOOR))  # (Ni, G)
+            mems, local = np.unique(gd.pair_memory[inf], return_inverse=True)
+            per_memory = pt.inc_subtensor(pt.zeros((mems.size, lik.shape[1]))[local.reshape(-1)], term)
+            # log sum_g prior_g exp(S_mg), shifted by each row's maximum; the shift is exact for any
+            # value, so it carries no gradient
+            shift = disconnected_grad(pt.max(per_memory, axis=1, keepdims=True))
+            lmix = pt.log(pt.maximum(pt.dot(pt.exp(per_memory - shift), prior), _FLOOR)) + shift[:, 0]
+            pm.Potential("tau_gated", pt.sum(lmix))
+    return model
+
+
+def grid_pair_likelihood(gd: GatedData, p: np.ndarray, null_pmf: np.ndarray) -> np.ndarray:
+    """The gated likelihood of delta per informative pair, shape (Ni, G) (numpy).
+
+    ``p exp(L_g) + (1 - p) sum_h null_h exp(L_h)``: relevant with probability p
+    (tau = delta = tau_g), else a null effect drawn from the null pmf ``null_pmf``
+    (G,). With a null pmf that is a point mass at 0 this is the brief's
+    ``p exp(L_g) + (1 - p) exp(L_0)``. ``p`` is every pair's gate probability (N,).
+    """
+    inf = gd.informative
+    lik = np.exp(gd.loglik[inf])
+    pi = p[inf, None]
+    return pi * lik + (1 - pi) * (lik @ null_pmf)[:, None]
+
+
+def gate_probability(gd: GatedData, intercept: float, coef: np.ndarray | None) -> np.ndarray:
+    """p_mq for every pair, shape (N,)."""
+    eta = np.full(gd.pair_memory.size, float(intercept))
+    if gd.covariate_names and coef is not None:
+        eta = eta + gd.x @ np.asarray(coef, dtype=np.float64)
+    return 1.0 / (1.0 + np.exp(-eta))
+

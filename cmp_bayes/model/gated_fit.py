@@ -1,0 +1,178 @@
+"""Fit the gated pair model and assemble its posterior DataTree (the gated form of the contract).
+
+Groups: ``posterior`` and ``prior`` (hyperparameters; per pair ``tau``, ``rho``,
+``utility``, ``p_relevant`` over (chain, draw, pair) with ``memory_id`` and
+``query_id`` coordinates along ``pair``; per memory ``tau_relevant``,
+``p_relevant_any``, ``tau_memory``, ``rho_memory``, ``utility_memory``),
+``observed_data`` per pair, ``sample_stats``, ``identification`` per memory
+(the design's status as for every fit; moments of ``tau_relevant``), and
+``pair_identification`` per pair. Root attribute ``pair_model = "gated"``,
+``by = "query"``. No pointwise log-likelihood and no predictive groups.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import xarray as xr
+
+from cmp_bayes.model.config import ModelConfig, SamplerConfig
+from cmp_bayes.model.gated_recover import GatedRecovered
+
+#: Per-pair variables of the gated posterior.
+PAIR_VARS: tuple[str, ...] = ("tau", "rho", "utility", "p_relevant")
+#: Per-memory variables of the gated posterior.
+MEMORY_VARS: tuple[str, ...] = ("tau_relevant", "p_relevant_any", "tau_memory", "rho_memory", "utility_memory")
+
+_DESCRIPTIONS: dict[str, str] = {
+    "tau": "pair effect z(m, q) * delta_m: change in expected outcome of query q when m is in context",
+    "rho": "retrievability for the query: P(retrieved | in store, query)",
+    "utility": "rho * tau per pair",
+    "p_relevant": "P(z(m, q) = 1 | hyperparameters of the draw, data), delta integrated out",
+    "tau_relevant": "delta_m: the memory's effect on a query it is relevant to",
+    "p_relevant_any": (
+        "P(delta_m > 0 and z(m, q) = 1 for some pair q of m | hyperparameters of the draw, data)"
+    ),
+    "tau_memory": "mean of tau(m, q) over the memory's pairs (a memory without pairs: one never-ranked pair)",
+    "rho_memory": "retrievability: P(retrieved | in store)",
+    "utility_memory": "rho_memory * tau_memory",
+}
+
+
+def fit_gated(
+    stats: xr.Dataset, pairs: xr.Dataset, config: ModelConfig, scfg: SamplerConfig, meta: dict,
+) -> xr.DataTree:
+    """Fit on memory-level and sparse pair statistics; return the gated posterior.
+
+    The tree carries the root attributes ``outcome_kind``, ``pair_model``,
+    ``thin_step`` and the fit attempts; :func:`cmp_bayes.model.fit.fit` adds the
+    rest (``root_attrs``).
+
+    Parameters
+    ----------
+    stats : xarray.Dataset
+        ``exposure_stats(log)`` (over ``memory``).
+    pairs : xarray.Dataset
+        ``exposure_stats(log, by="pair")`` (over ``pair``).
+    config, scfg : ModelConfig, SamplerConfig
+    meta : dict
+        Log metadata (:func:`cmp_bayes.model.fit.memory_inputs`).
+    """
+    import pymc as pm
+
+    from cmp_bayes.model.gated import build_gated_model, gated_data, gated_hyper_shapes
+    from cmp_bayes.model.gated_recover import recover_gated
+    from cmp_bayes.model.sampling import attempts_json, sample_until_healthy
+    from cmp_bayes.posterior.identification import identification_group
+    from cmp_bayes.posterior.provenance import with_memory_text
+
+    gd = gated_data(stats, pairs, config)
+    model = build_gated_model(gd, config)
+    names = list(gated_hyper_shapes(gd))
+    post, sample_stats, step, attempts = sample_until_healthy(model, scfg, names)
+    n_chain, n_draw = post.sizes["chain"], post.sizes["draw"]
+    rng = np.random.default_rng(scfg.seed)
+    flat = {n: post[n].values.reshape(n_chain * n_draw, *post[n].shape[2:]) for n in names}
+    rec = recover_gated(gd, flat, rng, use_data=True, jitter=config.jitter)
+    with model, warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The effect of Potentials")
+        prior_tree = pm.sample_prior_predictive(draws=config.prior_draws, var_names=names, random_seed=scfg.seed + 1)
+    prior = prior_tree["prior"].to_dataset()[names]
+    pflat = {n: prior[n].values.reshape(-1, *prior[n].shape[2:]) for n in names}
+    prec = recover_gated(gd, pflat, rng, use_data=False, jitter=config.jitter)
+
+    groups = {
+        "posterior": gated_draws(post, rec, gd),
+        "prior": gated_draws(prior, prec, gd),
+        "observed_data": _observed(gd),
+        "sample_stats": sample_stats,
+        "identification": identification_group(
+            stats, post_mean=rec.post_mean, post_sd=rec.post_sd, prior_mean=rec.prior_mean,
+            prior_sd=rec.prior_sd, p_positive=rec.p_positive, p_helps=rec.p_helps,
+        ),
+        "pair_identification": pair_identification(gd),
+    }
+    if meta.get("memory_text") is not None:
+        groups["posterior"] = with_memory_text(groups["posterior"], meta["memory_text"])
+    tree = xr.DataTree.from_dict(groups)
+    # the caller (cmp_bayes.model.fit.fit) adds the other root attributes of the contract
+    tree.attrs["outcome_kind"] = gd.base.outcome_kind
+    tree.attrs["pair_model"] = "gated"
+    tree.attrs["thin_step"] = int(step)
+    tree.attrs["fit_attempts"] = attempts_json(attempts)
+    tree.attrs["fit_attempt_kept"] = int(next(a["attempt"] for a in attempts if a["kept"]))
+    return tree
+
+
+def _pair_coords(gd) -> dict[str, tuple[str, np.ndarray]]:
+    p = gd.pairs
+    return {
+        "memory_id": ("pair", np.asarray(p["memory_id"].values).astype(str).astype(object)),
+        "query_id": ("pair", np.asarray(p["query_id"].values).astype(str).astype(object)),
+    }
+
+
+def gated_draws(ds: xr.Dataset, rec: GatedRecovered, gd) -> xr.Dataset:
+    """``ds`` (hyperparameters over chain, draw) with the gated model's pair and memory variables."""
+    c, d = ds.sizes["chain"], ds.sizes["draw"]
+    n, m = gd.pair_memory.size, gd.base.memory.size
+    out = ds.assign_coords(memory=gd.base.memory.astype(object), **_pair_coords(gd))
+    pair_dims, mem_dims = ("chain", "draw", "pair"), ("chain", "draw", "memory")
+    values = {
+        "tau": rec.tau, "rho": rec.rho, "utility": (rec.rho * rec.tau).astype(np.float32),
+        "p_relevant": rec.p_relevant,
+    }
+    for k, v in values.items():
+        out[k] = (pair_dims, v.reshape(c, d, n))
+    mvalues = {
+        "tau_relevant": rec.tau_relevant, "p_relevant_any": rec.p_relevant_any,
+        "tau_memory": rec.tau_memory, "rho_memory": rec.rho_memory,
+        "utility_memory": (rec.rho_memory * rec.tau_memory).astype(np.float32),
+    }
+    for k, v in mvalues.items():
+        out[k] = (mem_dims, v.reshape(c, d, m))
+    for k in (*values, *mvalues):
+        out[k].attrs["description"] = _DESCRIPTIONS[k]
+    return out
+
+
+def _observed(gd) -> xr.Dataset:
+    """Per pair: the pool arm's counts, the window arm's, and the combined arms the likelihood used."""
+    p = gd.pairs
+    names = (
+        "exposed", "exposed_outcome_sum", "control", "control_outcome_sum", "retrieved", "in_store",
+        "window_eligible", "window_exposed", "window_certain",
+    )
+    ds = xr.Dataset({k: ("pair", np.asarray(p[k].values)) for k in names}, coords=_pair_coords(gd))
+    ds["gated_exposed"] = ("pair", gd.arms["exposed"])
+    ds["gated_exposed_outcome_sum"] = ("pair", gd.arms["exposed_outcome_sum"])
+    ds["gated_exposed"].attrs["description"] = "pool exposures + window exposures with pi_t < 1"
+    ds["gated_exposed_outcome_sum"].attrs["description"] = (
+        "pool outcome sum + window exposures x their self-normalized IPW mean"
+    )
+    return ds
+
+
+def pair_identification(gd) -> xr.Dataset:
+    """Identification status per pair, from the design: a randomized exposure (pool, or window
+    with pi_t < 1) of the pair makes it identified; else retrieved only, else unidentified."""
+    from cmp_bayes.constants import IDENTIFIED, RETRIEVED_ONLY, UNIDENTIFIED
+
+    p = gd.pairs
+    pool = np.asarray(p["exposed"].values) >= 1
+    window = (np.asarray(p["window_exposed"].values) - np.asarray(p["window_certain"].values)) >= 1
+    retrieved = np.asarray(p["retrieved"].values) >= 1
+    status = np.where(pool | window, IDENTIFIED, np.where(retrieved, RETRIEVED_ONLY, UNIDENTIFIED))
+    ds = xr.Dataset(
+        {
+            "status": ("pair", status.astype(object)),
+            "eligible_pool": ("pair", np.asarray(p["in_pool"].values, dtype=bool)),
+            "eligible_window": ("pair", np.asarray(p["window_eligible"].values) > 0),
+            "exposed": ("pair", np.asarray(gd.arms["exposed"], dtype=np.int64)),
+            "retrieved": ("pair", np.asarray(p["retrieved"].values, dtype=np.int64)),
+        },
+        coords=_pair_coords(gd),
+    )
+    ds["status"].attrs["description"] = "design status of the pair (randomized exposure under either arm)"
+    return ds

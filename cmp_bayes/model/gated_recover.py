@@ -1,0 +1,181 @@
+"""Per-draw recovery of the gated pair model (:mod:`cmp_bayes.model.gated`).
+
+For one draw of theta (mixture shape and weights, gate coefficients, rho
+hyperparameters), with ``r_mqg = p e^{L_mq,g} / (p e^{L_mq,g} + (1 - p) n_mq)``
+the probability that pair (m, q) is relevant given delta_m = tau_g (``n_mq`` =
+``sum_h null_h e^{L_mq,h}``, the pair's likelihood when irrelevant, in place of
+``e^{L_mq,0}``):
+
+* delta_m's posterior on the grid is exactly
+  ``post_mg ∝ prior_g(theta) prod_q [p e^{L_mq,g} + (1 - p) n_mq]``
+  (pairs without exposures contribute 1); one delta is drawn from it;
+* z_mq given delta_m is Bernoulli(r_mq at delta_m's cell), drawn; tau = delta
+  where z = 1, else a null effect from the pair's null posterior
+  ``null_h e^{L_mq,h}`` (the null pmf where the pair has no data);
+* ``p_relevant`` = P(z_mq = 1 | theta, data) = ``sum_g post_mg r_mqg``
+  (Rao-Blackwellised over delta);
+* ``p_relevant_any`` = P(delta_m > 0 and z_mq = 1 for some pair q of m | theta, data)
+  = ``sum_{g: tau_g > 0} post_mg (1 - prod_q (1 - r_mqg))``, exact: the z's are
+  independent given delta and theta. "Some pair" means the memory's pairs of the
+  pair statistics (queries under which it was eligible or in a context).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from cmp_bayes.model.gated import GatedData, gate_probability
+from cmp_bayes.model.recover import compile_prior_terms, sample_rows
+
+
+@dataclass
+class GatedRecovered:
+    """Draws and Rao-Blackwellised moments of the gated model.
+
+    Attributes
+    ----------
+    tau, rho, p_relevant : ndarray, shape (S, N), float32
+        Per pair: tau = z delta, rho, P(z = 1 | theta, data).
+    tau_relevant, p_relevant_any, rho_memory, tau_memory : ndarray, shape (S, M), float32
+        Per memory: delta, P(useful to some query), rho, and the memory's mean tau
+        over its pairs (``z delta`` from the gate's never-ranked prior for a
+        memory without pairs).
+    post_mean, post_sd, prior_mean, prior_sd, p_positive, p_helps : ndarray, shape (M,)
+        Moments of delta (exact on the grid, averaged over draws).
+    """
+
+    tau: np.ndarray
+    rho: np.ndarray
+    p_relevant: np.ndarray
+    tau_relevant: np.ndarray
+    p_relevant_any: np.ndarray
+    rho_memory: np.ndarray
+    tau_memory: np.ndarray
+    post_mean: np.ndarray
+    post_sd: np.ndarray
+    prior_mean: np.ndarray
+    prior_sd: np.ndarray
+    p_positive: np.ndarray
+    p_helps: np.ndarray
+
+
+def _segment_sum(values: np.ndarray, seg: np.ndarray, n: int) -> np.ndarray:
+    """Row sums of ``values`` (R, ...) grouped by the sorted segment ids ``seg`` (R,) into n rows."""
+    out = np.zeros((n, *values.shape[1:]))
+    if seg.size:
+        starts = np.flatnonzero(np.r_[True, seg[1:] != seg[:-1]])
+        out[seg[starts]] = np.add.reduceat(values, starts, axis=0)
+    return out
+
+
+def recover_gated(
+    gd: GatedData, hyper: dict[str, np.ndarray], rng: np.random.Generator, *,
+    use_data: bool = True, jitter: bool = True,
+) -> GatedRecovered:
+    """Draw delta, z, tau and rho for each of the S hyperparameter draws (see the module docstring).
+
+    ``use_data=False`` draws from the prior (the likelihood rows are flat).
+    """
+    base = gd.base
+    grid = base.grid
+    pts, edges, widths = grid.points, grid.edges, grid.widths
+    m, n = base.memory.size, gd.pair_memory.size
+    s = next(iter(hyper.values())).shape[0]
+    fn = compile_prior_terms(base, np.zeros(1, dtype=np.int64))
+    inf = gd.informative if use_data else np.zeros(0, dtype=np.int64)
+    lik = np.exp(gd.loglik[inf])  # (Ni, G)
+    inf_mem = gd.pair_memory[inf]
+    unf = np.setdiff1d(np.arange(n), inf)
+    has_pair = np.bincount(gd.pair_memory, minlength=m) > 0
+    n_pairs = np.maximum(np.bincount(gd.pair_memory, minlength=m), 1)
+    positive = pts > 0
+    basis = np.column_stack([np.ones_like(pts), pts, pts**2, positive.astype(np.float64)])
+    out = {k: np.empty((s, n), dtype=np.float32) for k in ("tau", "rho", "p_relevant")}
+    mem = {k: np.empty((s, m), dtype=np.float32) for k in ("tau_relevant", "p_relevant_any", "rho", "tau")}
+    acc = {k: np.zeros(m) for k in ("pm", "pm2", "pv", "qm", "qm2", "qv", "ppos", "phelp")}
+    y_m, n_m = base.retrieved, base.in_store
+    y_q = np.asarray(gd.pairs["retrieved"].values, dtype=np.float64)
+    n_q = np.asarray(gd.pairs["in_store"].values, dtype=np.float64)
+    for i in range(s):
+        pmf, weight, ra, rb = fn({k: v[i] for k, v in hyper.items()})
+        w = np.r_[0.0, weight[0, 1:] / weight[0, 1:].sum()]  # delta: helps / hurts only
+        prior = w @ pmf  # (G,)
+        null_pmf = pmf[0]
+        p = gate_probability(gd, hyper["gate_intercept"][i], hyper.get("gate_coef", [None] * s)[i])
+        # per informative pair: the gated likelihood of delta and P(z = 1 | delta)
+        pi = p[inf, None]
+        num = pi * lik
+        null_lik = lik @ null_pmf  # (Ni,): the pair's likelihood when irrelevant
+        den = np.maximum(num + ((1 - pi[:, 0]) * null_lik)[:, None], 1e-300)
+        resp_z = num / den  # (Ni, G)
+        logpost = _segment_sum(np.log(den), inf_mem, m)  # (M, G): 0 rows for memories without data
+        logpost -= logpost.max(axis=1, keepdims=True)
+        lp = np.exp(logpost)
+        comp = lp @ pmf.T  # (M, 3): mass of each component times the likelihood
+        resp_k = w[None, :] * comp
+        marg = resp_k.sum(axis=1, keepdims=True)
+        post = lp * prior[None, :] / marg  # (M, G), rows sum to 1
+        # moments of delta: posterior and prior (its own data excluded)
+        mt = post @ basis
+        acc["pm"] += mt[:, 1]
+        acc["pm2"] += mt[:, 1] ** 2
+        acc["pv"] += np.maximum(mt[:, 2] - mt[:, 1] ** 2, 0.0)
+        acc["ppos"] += mt[:, 3]
+        acc["phelp"] += resp_k[:, 1] / marg[:, 0]
+        qt = prior @ basis
+        acc["qm"] += qt[1]
+        acc["qm2"] += qt[1] ** 2
+        acc["qv"] += max(qt[2] - qt[1] ** 2, 0.0)
+        # P(z = 1 | theta, data) per pair; uninformative pairs keep their gate prior
+        p_rel = p.copy()
+        if inf.size:
+            p_rel[inf] = np.einsum("ig,ig->i", post[inf_mem], resp_z)
+        # P(delta > 0 and some z = 1): prod_q (1 - r_mqg) over the memory's pairs
+        log_none = _segment_sum(np.log1p(-np.minimum(resp_z, 1 - 1e-15)), inf_mem, m)
+        log_none += _segment_sum(np.log1p(-p[unf]), gd.pair_memory[unf], m)[:, None]
+        mem["p_relevant_any"][i] = (post[:, positive] * -np.expm1(log_none[:, positive])).sum(axis=1)
+        # draws: delta per memory, then z per pair given delta's cell
+        cell = sample_rows(post, np.arange(m), rng.random(m))
+        delta = edges[cell] + rng.random(m) * widths[cell] if jitter else pts[cell]
+        pz = p.copy()
+        if inf.size:
+            pz[inf] = resp_z[np.arange(inf.size), cell[inf_mem]]
+        z = rng.random(n) < pz
+        # an irrelevant pair's null effect: its null posterior (the null pmf where it has no data)
+        rows = np.zeros(n, dtype=np.int64)
+        rows[inf] = np.arange(1, inf.size + 1)
+        ncell = sample_rows(np.vstack([null_pmf[None, :], lik * null_pmf[None, :]]), rows, rng.random(n))
+        null_tau = edges[ncell] + rng.random(n) * widths[ncell] if jitter else pts[ncell]
+        tau = np.where(z, delta[gd.pair_memory], null_tau)
+        out["tau"][i] = tau
+        out["p_relevant"][i] = p_rel
+        mem["tau_relevant"][i] = delta
+        # a memory without pairs: one pair of the never-ranked kind, from the gate's prior
+        coef = hyper.get("gate_coef")
+        eta0 = float(hyper["gate_intercept"][i]) + (
+            float(gd.x_never @ coef[i]) if coef is not None and gd.covariate_names else 0.0
+        )
+        z0 = rng.random(m) < 1.0 / (1.0 + np.exp(-eta0))
+        mean_tau = _segment_sum(tau, gd.pair_memory, m) / n_pairs
+        mem["tau"][i] = np.where(has_pair, mean_tau, np.where(z0, delta, 0.0))
+        ra_m, rb_m = ra[0], rb[0]
+        if use_data:
+            mem["rho"][i] = rng.beta(ra_m + y_m, rb_m + np.maximum(n_m - y_m, 0.0))
+            out["rho"][i] = rng.beta(ra_m + y_q, rb_m + np.maximum(n_q - y_q, 0.0))
+        else:
+            mem["rho"][i] = rng.beta(ra_m, rb_m, size=m)
+            out["rho"][i] = rng.beta(ra_m, rb_m, size=n)
+    post_mean = acc["pm"] / s
+    prior_mean = acc["qm"] / s
+    return GatedRecovered(
+        tau=out["tau"], rho=out["rho"], p_relevant=out["p_relevant"],
+        tau_relevant=mem["tau_relevant"], p_relevant_any=mem["p_relevant_any"],
+        rho_memory=mem["rho"], tau_memory=mem["tau"],
+        post_mean=post_mean,
+        post_sd=np.sqrt(np.maximum(acc["pv"] / s + acc["pm2"] / s - post_mean**2, 0.0)),
+        prior_mean=prior_mean,
+        prior_sd=np.sqrt(np.maximum(acc["qv"] / s + acc["qm2"] / s - prior_mean**2, 0.0)),
+        p_positive=acc["ppos"] / s, p_helps=acc["phelp"] / s,
+    )
