@@ -9,7 +9,6 @@ broken tree refused) and that decide does not crash on the gated form.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
 
@@ -21,7 +20,7 @@ from pytensor.graph.replace import graph_replace
 from scipy import stats as sps
 
 from cmp_bayes import read_log
-from cmp_bayes.errors import CmpBayesError, ConfigError, PosteriorError
+from cmp_bayes.errors import ConfigError, PosteriorError
 from cmp_bayes.model.config import ModelConfig
 from cmp_bayes.model.gated import (
     build_gated_model,
@@ -230,13 +229,17 @@ def test_contract_save_load_and_refusal(tree, tmp_path) -> None:
 
 
 def test_decide_report_and_config_errors(tree, log, tmp_path) -> None:
-    from cmp_bayes import decide, report
+    from cmp_bayes import Costs, decide, report
     from cmp_bayes.model.fit import fit
 
-    # decide may refuse with a clear CmpBayesError (it reads memory-level tau today); any
-    # other exception is a crash
-    with contextlib.suppress(CmpBayesError):
-        decide(tree)
+    # every estimand decides on the real gated posterior: tau and utility from the
+    # _memory variables, relevant from tau_relevant, workload over the log's query mix
+    # (observed_data.query_steps)
+    for est in ("tau", "utility", "relevant", "workload"):
+        dec = decide(tree, Costs(estimand=est))
+        assert len(dec) == tree["posterior"].sizes["memory"], est
+        assert dec.rule.variable in tree["posterior"] or est == "workload", est
+    assert tree["observed_data"]["query_steps"].dims == ("query",)
     assert report(tree, tmp_path / "report").exists()
     with pytest.raises(ConfigError, match="pair_model"):
         ModelConfig(pair_model="sparse")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+import pandas as pd
 import xarray as xr
 
 from cmp_bayes.model.config import ModelConfig, SamplerConfig
@@ -151,6 +152,14 @@ def _observed(gd) -> xr.Dataset:
     ds["gated_exposed_outcome_sum"].attrs["description"] = (
         "pool outcome sum + window exposures x their self-normalized IPW mean"
     )
+    if "query_steps" in p.coords:
+        # the log's query mix (steps per query): decide's default workload weights
+        qs = pd.DataFrame(
+            {"query": np.asarray(p["query_id"].values).astype(str), "steps": np.asarray(p["query_steps"].values)}
+        ).drop_duplicates("query").sort_values("query")
+        ds["query_steps"] = xr.DataArray(
+            qs["steps"].to_numpy(np.int64), dims="query", coords={"query": qs["query"].to_numpy(dtype=object)}
+        )
     return ds
 
 
