@@ -137,7 +137,9 @@ def test_diagnose_counts_cancelled_steps_when_the_file_exists(tmp_path, parts):
     root = write_jsonl(tmp_path / "log", design, steps, memories)
     # not a spec file: lines are counted, whatever they hold
     (root / "cancelled.jsonl").write_text('{"step": 40, "cancelled": "expired"}\n{"step": 41}\nnot json\n')
-    assert diagnose(read_log(root)).summary["cancelled_steps"] == 3
+    rep = diagnose(read_log(root))
+    assert rep.summary["cancelled_steps"] == 3
+    assert "cancelled steps: 3 " in rep.to_text()  # said where people read, not only counted
 
 
 def test_short_ranking_passes_when_it_lists_the_whole_store(tmp_path):

@@ -152,6 +152,13 @@ class PositivityReport:
                 f"median retriever rank (0-based) of {who} never retrieved: "
                 f"{_num(r[key])} of a median store of {_num(r['median_store_size'])} memories"
             )
+        cancelled = s.get("cancelled_steps")
+        if cancelled:
+            # a live writer's cancelled or expired steps: not in the estimates, but not hidden
+            lines.append(
+                f"cancelled steps: {cancelled} (in cancelled.jsonl: no outcome, or cancelled with a "
+                "reason; excluded from every estimate)"
+            )
         lines.append("")
         ops, ret = s["operations_check"], s["retrieval_check"]
         lines.append(f"{ops['verdict'].upper():<6} {ops['rule']}")
