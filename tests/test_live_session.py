@@ -209,6 +209,14 @@ def test_apply_refuses_decisions_from_another_log(tmp_path: Path) -> None:
         apply_decisions(s, table, DictStore(["m1"]), dry_run=False, echo=None)
     with pytest.raises(ConfigError, match="no log_id"):
         apply_decisions(s, table.drop(columns="log_id"), DictStore(["m1"]), dry_run=False, echo=None)
+    # without a log_id, the log's checksum as it is now identifies it (and only it)
+    from cmp_bayes.log.layout import log_checksum
+
+    by_sum = table.drop(columns="log_id").assign(log_checksum=log_checksum(tmp_path))
+    out = apply_decisions(s, by_sum, DictStore(["m1"]), dry_run=True, echo=None)
+    assert list(out["status"]) == ["would delete"]
+    with pytest.raises(ConfigError, match="no log_id"):
+        apply_decisions(s, by_sum.assign(log_checksum="sha256:" + "0" * 64), None, echo=None)
     s.close()
 
 

@@ -5,7 +5,9 @@ Any store plugs in through :class:`MemoryStore` (one method, ``delete``);
 anything is deleted the decisions must come from this log and this store:
 their ``log_id`` (copied from ``design.json`` into the posterior at fit time,
 then into the decisions) must be the session's, and their ``store`` scope the
-session's. A dry run (the default) changes nothing and says what would happen.
+session's. The log's checksum cannot be the test, since a live log grows
+after every fit; it is the test only for decisions without a ``log_id``
+(their log checksum must be the log's as it is now). A dry run (the default) changes nothing and says what would happen.
 
 Each forget ends in one status:
 
@@ -173,10 +175,10 @@ def _check_origin(session: LiveSession, prov: dict[str, Any], allow_unverified: 
                 f"{prov['source']}: these decisions were made from log {got}, not from this log "
                 f"({session.log_id} at {session.path}); refusing to delete"
             )
-    elif not allow_unverified:
+    elif not allow_unverified and not _same_log(session, prov.get("log_checksum")):
         raise ConfigError(
-            f"{prov['source']}: these decisions do not say which log they came from (no log_id); "
-            "decide again from a posterior fitted on this log, or pass allow_unverified=True"
+            f"{prov['source']}: these decisions carry no log_id and their log checksum is not this "
+            "log's; decide again from a posterior fitted on this log, or pass allow_unverified=True"
         )
     want_store = session.store
     got_store = prov.get("store")
@@ -185,6 +187,16 @@ def _check_origin(session: LiveSession, prov: dict[str, Any], allow_unverified: 
             f"{prov['source']}: these decisions are for the store {dict(got_store)}, "
             f"this log is for {dict(want_store)}; refusing to delete"
         )
+
+
+def _same_log(session: LiveSession, checksum: str | None) -> bool:
+    """Whether ``checksum`` is the log's as it is now (a log without a ``log_id`` that has not
+    grown since the fit)."""
+    if not checksum:
+        return False
+    from cmp_bayes.log.layout import log_checksum
+
+    return log_checksum(session.path) == checksum
 
 
 def _one(table: pd.DataFrame, column: str, source: Any) -> str | None:
