@@ -1,0 +1,335 @@
+"""Budget curves: estimator AUCs and a forgettable share against steps per question (issue 16, item 7).
+
+For the simulator's ``locomo-like`` preset cut to :data:`SIZE` (the preset has
+600 memories and 200 questions; this runs on a shared 2-core machine in a few
+minutes), at steps per question ``repeats * m`` for ``m`` in a ladder
+(:data:`LADDER`, times the preset's 10), and for designs at the same number of
+exposure slots per step (the preset's ``k = 2``): uniform (``balanced``) and
+window designs ``W`` in 10, 20, 40 with ``j = pool_slots`` in 0, 1. Per cell
+and seed, estimators only (no fit):
+
+* pair AUC, required pairs against the rest, over the pairs with an estimate
+  (``evaluate(..., level="pair", nan="exclude")``), of the design's pair
+  estimator: the pool arm's per-query Hajek for uniform; for window designs
+  the window arm's SNIPW, falling back to the pool row where the pair has no
+  window row or its SNIPW is undefined. The share of pairs (and of required
+  pairs) that have an estimate is reported beside it: the AUC says nothing
+  about the pairs without one;
+* memory AUC of that pair estimator's maximum over a memory's pairs, and of
+  the memory-level Hajek, beside logged success and best rank (memories
+  without a score ranked last, ``evaluate``'s default);
+* a forgettable share: of the useless memories (simulator truth, see
+  :func:`useless_memories`), the share whose memory-level status is
+  ``identified`` and whose pool Hajek upper 90% bound (estimate + z * se,
+  the upper end of the equal-tailed 90% interval) is below the 0.05
+  threshold. This is a frequentist stand-in for ``decide``, not ``decide``.
+  The same rule's share among required memories (wrong forgets) is beside it.
+
+Writes ``reports/simulation/budget_curves.md`` and ``budget_curves.json``
+(rows and provenance: commit, command, machine, load), atomically.
+
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/budget_curves.py --seeds 0 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+#: the preset's 600 memories x 200 questions cut to what the shared machine runs in minutes
+SIZE: dict[str, int] = {"memories": 200, "queries": 60}
+#: steps per question, as multiples of the preset's ``repeats``
+LADDER: tuple[int, ...] = (1, 2, 5, 10, 20)
+#: the forgetting threshold of the stand-in rule (outcome units), decide's default
+THRESHOLD = 0.05
+#: the stand-in's one-sided level: the upper end of the equal-tailed 90% interval
+Z_UPPER = 1.6448536269514722
+
+
+@dataclass(frozen=True)
+class Design:
+    """One exposure design at the preset's exposure slots: uniform, or a window ``W`` with ``j`` pool slots."""
+
+    name: str
+    window: int | None = None
+    pool_slots: int = 0
+
+    def overrides(self) -> dict[str, Any]:
+        """``SimulationConfig`` fields that make this design."""
+        if self.window is None:
+            return {"assignment": "balanced"}
+        return {"assignment": "window", "window": self.window, "pool_slots": self.pool_slots}
+
+
+DESIGNS: tuple[Design, ...] = (
+    Design("uniform"),
+    *(Design(f"window W={w} j={j}", w, j) for w in (10, 20, 40) for j in (0, 1)),
+)
+
+COLUMNS: tuple[str, ...] = (
+    "design", "multiple", "steps_per_question", "seed", "pairs_scored", "required_pairs_scored",
+    "auc_pair", "pairs_window", "auc_memory_pair_max", "auc_memory_hajek", "auc_logged_success",
+    "auc_best_rank", "useless", "forgettable_share", "required_forgotten_share", "seconds",
+)
+
+
+def useless_memories(labels: pd.DataFrame, threshold: float = THRESHOLD) -> pd.Index:
+    """Memory ids the simulator makes useless: required by no query, ``|utility| < threshold`` for every query.
+
+    ``labels`` is a simulated log's labels (``utility`` per pair).
+
+    The simulator gives every memory a small continuous effect
+    (``Normal(0, null_sd)``) and a displacement effect, so no memory has
+    utility exactly 0 for every query; "useless" here is "no query gains or
+    loses the forgetting threshold from it": what a correct ``decide`` may
+    forget.
+    """
+    lab = labels.assign(memory_id=labels["memory_id"].astype(str),
+                        u=labels["utility"].astype("Float64").to_numpy(dtype=float, na_value=np.nan))
+    lab = lab.assign(u=np.abs(lab["u"]))
+    # a pair without a truth (NaN) cannot vouch for the memory: it counts as not below the threshold
+    per = lab.groupby("memory_id").agg(req=("required", "any"), mx=("u", lambda x: float(x.max(skipna=False))))
+    return per.index[(~per["req"].astype(bool)) & (per["mx"] < threshold)]
+
+
+def pair_table(per_query: pd.DataFrame) -> pd.DataFrame:
+    """One row per pair: the window arm's SNIPW where it is finite, else the pool arm's Hajek.
+
+    ``arm`` says which row scored the pair. Without window rows (uniform) it
+    is the pool table itself.
+    """
+    t = per_query.assign(memory_id=per_query["memory_id"].astype(str), query_id=per_query["query_id"].astype(str))
+    t = t[["memory_id", "query_id", "arm", "status", "estimate"]]
+    # window rows first where defined, so drop_duplicates keeps them over the pool row
+    finite = np.isfinite(t["estimate"].to_numpy(dtype=float, na_value=np.nan))
+    rank = np.where((t["arm"] == "window").to_numpy() & finite, 0, 1)
+    t = t.assign(_r=rank).sort_values(["memory_id", "query_id", "_r"], kind="mergesort")
+    return t.drop_duplicates(["memory_id", "query_id"]).drop(columns="_r").reset_index(drop=True)
+
+
+def run_cell(base: str, size: dict[str, int], design: Design, multiple: int, seed: int) -> dict[str, Any]:
+    """Simulate one design at ``multiple`` times the preset's steps per question and score its estimators.
+
+    Returns
+    -------
+    dict
+        The keys of :data:`COLUMNS` (AUCs in [0, 1] or NaN; shares in [0, 1]).
+    """
+    from cmp_bayes import estimate
+    from cmp_bayes.constants import IDENTIFIED
+    from cmp_bayes.evaluation import auc, evaluate
+    from cmp_bayes.simulation.config import SimulationConfig
+    from cmp_bayes.simulation.presets import PRESETS
+    from cmp_bayes.simulation.simulator import simulate
+    from cmp_bayes.statistics import exposure_stats
+
+    t0 = time.perf_counter()
+    repeats = int({**PRESETS[base], **size}.get("repeats", SimulationConfig().repeats)) * multiple
+    cfg = SimulationConfig.preset(base, **{**size, "repeats": repeats, **design.overrides()})
+    log = simulate(cfg, seed=seed)
+
+    pairs = pair_table(estimate(log, by="query"))
+    rp = evaluate(log, pairs, level="pair", n_boot=0, nan="exclude")
+    rp_all = evaluate(log, pairs, level="pair", n_boot=0, nan="last")
+    rm = evaluate(log, pairs, level="memory", n_boot=0)
+    hajek = estimate(log)
+    rh = evaluate(log, hajek, level="memory", n_boot=0)
+    rl = evaluate(log, estimate(log, method="logged-success"), level="memory", n_boot=0)
+
+    stats = exposure_stats(log)
+    ids = stats["memory"].to_numpy().astype(str)
+    lab = log.labels.astype({"memory_id": str})
+    required = lab.groupby("memory_id")["required"].any().reindex(ids, fill_value=False).to_numpy(bool)
+    best_rank = -stats["rank_best"].to_numpy().astype(np.float64)
+    best_rank = np.where(np.isfinite(best_rank), best_rank, -np.inf)  # never ranked: below every ranked one
+
+    h = hajek.assign(memory_id=hajek["memory_id"].astype(str)).set_index("memory_id").reindex(ids)
+    upper = h["estimate"].to_numpy(dtype=float, na_value=np.nan) + Z_UPPER * h["std_error"].to_numpy(
+        dtype=float, na_value=np.nan)
+    forget = (h["status"] == IDENTIFIED).to_numpy(dtype=bool, na_value=False) & (upper < THRESHOLD)
+    # truth from the uniform log of the same world: a window design's labels average over its own
+    # control steps, so its useless set would move with the design; the world (seeded) does not
+    ref = log if design.window is None else simulate(
+        SimulationConfig.preset(base, **{**size, "repeats": repeats, "assignment": "balanced"}), seed=seed)
+    ref_req = ref.labels.astype({"memory_id": str}).groupby("memory_id")["required"].any()
+    if not ref_req.reindex(ids, fill_value=False).to_numpy(bool).tolist() == required.tolist():
+        raise RuntimeError(f"seed {seed}: the uniform and {design.name} logs are not the same world")
+    useless = np.isin(ids, useless_memories(ref.labels))
+
+    def share(mask: np.ndarray) -> float:
+        return float(forget[mask].mean()) if mask.any() else float("nan")
+
+    n_pairs = rp_all["n"]
+    req_scored = rp["n_required"] / rp_all["n_required"] if rp_all["n_required"] else float("nan")
+    return {
+        "design": design.name, "multiple": multiple, "steps_per_question": repeats, "seed": seed,
+        "pairs_scored": rp["n"] / n_pairs if n_pairs else float("nan"),
+        "required_pairs_scored": req_scored,
+        "auc_pair": _nan(rp["auc"]),
+        "pairs_window": float((pairs["arm"] == "window").mean()),
+        "auc_memory_pair_max": _nan(rm["auc"]), "auc_memory_hajek": _nan(rh["auc"]),
+        "auc_logged_success": _nan(rl["auc"]), "auc_best_rank": auc(best_rank, required),
+        "useless": int(useless.sum()), "forgettable_share": share(useless),
+        "required_forgotten_share": share(required),
+        "seconds": time.perf_counter() - t0,
+    }
+
+
+def _nan(x: float | None) -> float:
+    return float("nan") if x is None else float(x)
+
+
+def budget_curves(
+    base: str = "locomo-like",
+    size: dict[str, int] | None = None,
+    ladder: tuple[int, ...] = LADDER,
+    designs: tuple[Design, ...] = DESIGNS,
+    seeds: tuple[int, ...] = (0, 1),
+    progress: bool = False,
+) -> pd.DataFrame:
+    """The budget-curve table: one row per (design, multiple, seed), columns :data:`COLUMNS`.
+
+    Parameters
+    ----------
+    base : str
+        Simulation preset (its ``exposure_slots`` is every design's).
+    size : dict, optional
+        ``SimulationConfig`` overrides of the preset's size (default :data:`SIZE`).
+    ladder : tuple of int
+        Steps per question as multiples of the preset's ``repeats``.
+    designs : tuple of Design
+        The designs (default :data:`DESIGNS`).
+    seeds : tuple of int
+        Simulation seeds.
+    progress : bool
+        Print each row as it is done.
+    """
+    rows = []
+    for design in designs:
+        for m in ladder:
+            for seed in seeds:
+                rows.append(run_cell(base, SIZE if size is None else size, design, m, seed))
+                if progress:
+                    print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in rows[-1].items()}, flush=True)
+    return pd.DataFrame(rows, columns=list(COLUMNS))
+
+
+def _fmt(x: float) -> str:
+    return "-" if not np.isfinite(x) else f"{x:.3f}"
+
+
+def _cell(vals: pd.Series, pct: bool = False) -> str:
+    """Every seed's value, then the mean: ``a / b (mean m)``."""
+    f = (lambda v: "-" if not np.isfinite(v) else f"{100 * v:.0f}%") if pct else _fmt
+    xs = [f(float(v)) for v in vals]
+    if len(xs) == 1:
+        return xs[0]
+    return " / ".join(xs) + f" ({f(float(np.nanmean(vals)) if np.isfinite(vals).any() else np.nan)})"
+
+
+def markdown(table: pd.DataFrame, meta: dict[str, Any]) -> str:
+    """The report: one table per measure family, rows design x steps per question."""
+    seeds = sorted(table["seed"].unique())
+    head = (
+        "# Budget curves on the simulator's shared store (estimators only)\n\n"
+        f"`{meta['command']}` at commit `{meta['commit']}`; preset `{meta['base']}` cut to {meta['size']} "
+        f"(the preset has 600 memories, 200 questions, 10 steps per question); every design at the preset's "
+        f"{meta['exposure_slots']} exposure slots per step of {meta['slots']} context slots. Seeds {seeds}: each "
+        "cell is `seed " + " / seed ".join(map(str, seeds)) + " (mean)`. Machine: "
+        f"{meta['machine']}; load average before {meta['load_before']}, after {meta['load_after']}; "
+        f"wall time {meta['seconds']:.0f} s. No fit: every number is an estimator's.\n\n"
+        "Pair estimator: pool-arm Hajek per query (uniform); window-arm SNIPW, falling back to the pool row "
+        "where a pair has no window row or its SNIPW is undefined (window designs; `window rows` is the share "
+        "of scored-or-not pairs taken from the window arm). Pair AUC is over the pairs with an estimate only; "
+        "`pairs scored` / `required scored` say how many that is. Memory AUCs rank every memory of the store "
+        "(no score: last). Useless memories: required by no question and |utility| < 0.05 for every question "
+        "(simulator truth, from the uniform log of the same seed and steps, so every design of a seed has the same useless set; no memory has utility exactly 0 there). Forgettable: memory-level status "
+        "`identified` and pool Hajek estimate + 1.645 se < 0.05: **a frequentist stand-in for `decide`, not "
+        "`decide`**; `required forgotten` is the same rule's share among required memories.\n"
+    )
+    out = [head]
+    groups = [
+        ("## Pair level", [("pairs scored", "pairs_scored", True), ("required scored", "required_pairs_scored", True),
+                           ("window rows", "pairs_window", True), ("pair AUC", "auc_pair", False)]),
+        ("## Memory level (AUC)", [("max over pairs", "auc_memory_pair_max", False),
+                                   ("memory Hajek", "auc_memory_hajek", False),
+                                   ("logged success", "auc_logged_success", False),
+                                   ("best rank", "auc_best_rank", False)]),
+        ("## Forgetting (stand-in rule)", [("useless memories", "useless", None),
+                                           ("forgettable share of useless", "forgettable_share", True),
+                                           ("required forgotten", "required_forgotten_share", True)]),
+    ]
+    for title, cols in groups:
+        out += [title, "", "| design | steps / question | " + " | ".join(c[0] for c in cols) + " |",
+                "| --- | --- | " + " | ".join("---" for _ in cols) + " |"]
+        for (design, steps), g in table.groupby(["design", "steps_per_question"], sort=False):
+            cells = []
+            for _, col, pct in cols:
+                if pct is None:
+                    cells.append(" / ".join(str(int(v)) for v in g[col]))
+                else:
+                    cells.append(_cell(g[col], pct))
+            out.append(f"| {design} | {steps} | " + " | ".join(cells) + " |")
+        out.append("")
+    if meta.get("reading"):
+        out += ["## Reading", "", meta["reading"], ""]
+    return "\n".join(out)
+
+
+def _load() -> str:
+    try:
+        return ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:  # pragma: no cover - platform without getloadavg
+        return "n/a"
+
+
+def _commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):  # pragma: no cover - not a checkout
+        return "unknown"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    ap.add_argument("--ladder", type=int, nargs="+", default=list(LADDER))
+    ap.add_argument("--out", default="reports/simulation/budget_curves.md")
+    ap.add_argument("--reading", default="", help="a paragraph of reading appended to the report")
+    args = ap.parse_args()
+    from cmp_bayes.atomic import write_text_atomic
+    from cmp_bayes.simulation.config import SimulationConfig
+
+    load_before = _load()
+    t0 = time.perf_counter()
+    table = budget_curves(ladder=tuple(args.ladder), seeds=tuple(args.seeds), progress=True)
+    cfg = SimulationConfig.preset("locomo-like", **SIZE)
+    meta = {
+        "command": "benchmarks/budget_curves.py --seeds " + " ".join(map(str, args.seeds))
+        + " --ladder " + " ".join(map(str, args.ladder)),
+        "commit": _commit(), "base": "locomo-like", "size": SIZE, "exposure_slots": cfg.exposure_slots,
+        "slots": cfg.slots, "threshold": THRESHOLD,
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {sys.version.split()[0]}",
+        "load_before": load_before, "load_after": _load(), "seconds": time.perf_counter() - t0,
+        "reading": args.reading,
+    }
+    print(table.to_string(index=False))
+    write_text_atomic(args.out, markdown(table, meta))
+    rows = json.loads(table.to_json(orient="records"))
+    write_text_atomic(os.path.splitext(args.out)[0] + ".json", json.dumps({"meta": meta, "rows": rows}, indent=1))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
