@@ -25,6 +25,12 @@ and seed, estimators only (no fit):
   threshold. This is a frequentist stand-in for ``decide``, not ``decide``.
   The same rule's share among required memories (wrong forgets) is beside it.
 
+Then, where LoCoMo is found (``--locomo``, default ``shared/data`` beside the
+checkout), the same measures on one conversation (``conv-42``) under the log
+``replicate experiment`` builds, without a fit: uniform against window W = 20,
+j = 1, at today's exposures per pool memory and at 2x and 4x the steps
+(:func:`locomo_curves`).
+
 Writes ``reports/simulation/budget_curves.md`` and ``budget_curves.json``
 (rows and provenance: commit, command, machine, load), atomically.
 
@@ -41,6 +47,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -52,6 +59,8 @@ SIZE: dict[str, int] = {"memories": 200, "queries": 60}
 LADDER: tuple[int, ...] = (1, 2, 5, 10, 20)
 #: the forgetting threshold of the stand-in rule (outcome units), decide's default
 THRESHOLD = 0.05
+#: LoCoMo as the developers lay it out: ``shared/data`` beside the checkout
+LOCOMO_FILE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "locomo" / "locomo10.json"
 #: the stand-in's one-sided level: the upper end of the equal-tailed 90% interval
 Z_UPPER = 1.6448536269514722
 
@@ -78,7 +87,7 @@ DESIGNS: tuple[Design, ...] = (
 
 COLUMNS: tuple[str, ...] = (
     "design", "multiple", "steps_per_question", "seed", "pairs_scored", "required_pairs_scored",
-    "auc_pair", "pairs_window", "auc_memory_pair_max", "auc_memory_hajek", "auc_logged_success",
+    "required_pairs_n", "auc_pair", "pairs_window", "auc_pair_window_only", "auc_memory_pair_max", "auc_memory_hajek", "auc_logged_success",
     "auc_best_rank", "useless", "forgettable_share", "required_forgotten_share", "seconds",
 )
 
@@ -125,22 +134,49 @@ def run_cell(base: str, size: dict[str, int], design: Design, multiple: int, see
     dict
         The keys of :data:`COLUMNS` (AUCs in [0, 1] or NaN; shares in [0, 1]).
     """
-    from cmp_bayes import estimate
-    from cmp_bayes.constants import IDENTIFIED
-    from cmp_bayes.evaluation import auc, evaluate
     from cmp_bayes.simulation.config import SimulationConfig
     from cmp_bayes.simulation.presets import PRESETS
     from cmp_bayes.simulation.simulator import simulate
-    from cmp_bayes.statistics import exposure_stats
 
     t0 = time.perf_counter()
     repeats = int({**PRESETS[base], **size}.get("repeats", SimulationConfig().repeats)) * multiple
     cfg = SimulationConfig.preset(base, **{**size, "repeats": repeats, **design.overrides()})
     log = simulate(cfg, seed=seed)
 
+    # truth from the uniform log of the same world: a window design's labels average over its own
+    # control steps, so its useless set would move with the design; the world (seeded) does not
+    ref = log if design.window is None else simulate(
+        SimulationConfig.preset(base, **{**size, "repeats": repeats, "assignment": "balanced"}), seed=seed)
+    ref_req = ref.labels.astype({"memory_id": str}).groupby("memory_id")["required"].any()
+    if not ref_req.astype(bool).equals(log.labels.astype({"memory_id": str}).groupby("memory_id")["required"]
+                                         .any().astype(bool)):
+        raise RuntimeError(f"seed {seed}: the uniform and {design.name} logs are not the same world")
+    row = score_log(log, useless_memories(ref.labels))
+    return {"design": design.name, "multiple": multiple, "steps_per_question": repeats, "seed": seed, **row,
+            "seconds": time.perf_counter() - t0}
+
+
+def score_log(log: Any, useless_ids: pd.Index | None = None) -> dict[str, Any]:
+    """Every estimator measure of one log (the keys of :data:`COLUMNS` from ``pairs_scored`` to
+    ``required_forgotten_share``; ``useless`` and ``forgettable_share`` NaN without ``useless_ids``).
+
+    Parameters
+    ----------
+    log : ExposureLog
+        A labelled log (``labels.required``).
+    useless_ids : pandas.Index, optional
+        Memory ids that are useless (:func:`useless_memories`), for the forgettable share.
+    """
+    from cmp_bayes import estimate
+    from cmp_bayes.constants import IDENTIFIED
+    from cmp_bayes.evaluation import auc, evaluate
+    from cmp_bayes.statistics import exposure_stats
+
     pairs = pair_table(estimate(log, by="query"))
     rp = evaluate(log, pairs, level="pair", n_boot=0, nan="exclude")
     rp_all = evaluate(log, pairs, level="pair", n_boot=0, nan="last")
+    window_rows = pairs[pairs["arm"] == "window"]
+    rw = evaluate(log, window_rows, level="pair", n_boot=0, nan="exclude") if len(window_rows) else None
     rm = evaluate(log, pairs, level="memory", n_boot=0)
     hajek = estimate(log)
     rh = evaluate(log, hajek, level="memory", n_boot=0)
@@ -157,14 +193,7 @@ def run_cell(base: str, size: dict[str, int], design: Design, multiple: int, see
     upper = h["estimate"].to_numpy(dtype=float, na_value=np.nan) + Z_UPPER * h["std_error"].to_numpy(
         dtype=float, na_value=np.nan)
     forget = (h["status"] == IDENTIFIED).to_numpy(dtype=bool, na_value=False) & (upper < THRESHOLD)
-    # truth from the uniform log of the same world: a window design's labels average over its own
-    # control steps, so its useless set would move with the design; the world (seeded) does not
-    ref = log if design.window is None else simulate(
-        SimulationConfig.preset(base, **{**size, "repeats": repeats, "assignment": "balanced"}), seed=seed)
-    ref_req = ref.labels.astype({"memory_id": str}).groupby("memory_id")["required"].any()
-    if not ref_req.reindex(ids, fill_value=False).to_numpy(bool).tolist() == required.tolist():
-        raise RuntimeError(f"seed {seed}: the uniform and {design.name} logs are not the same world")
-    useless = np.isin(ids, useless_memories(ref.labels))
+    useless = np.isin(ids, useless_ids if useless_ids is not None else [])
 
     def share(mask: np.ndarray) -> float:
         return float(forget[mask].mean()) if mask.any() else float("nan")
@@ -172,16 +201,18 @@ def run_cell(base: str, size: dict[str, int], design: Design, multiple: int, see
     n_pairs = rp_all["n"]
     req_scored = rp["n_required"] / rp_all["n_required"] if rp_all["n_required"] else float("nan")
     return {
-        "design": design.name, "multiple": multiple, "steps_per_question": repeats, "seed": seed,
         "pairs_scored": rp["n"] / n_pairs if n_pairs else float("nan"),
         "required_pairs_scored": req_scored,
+        "required_pairs_n": int(rp["n_required"]),
         "auc_pair": _nan(rp["auc"]),
         "pairs_window": float((pairs["arm"] == "window").mean()),
+        # the window SNIPW on the pairs it scores, without the pool fallback
+        "auc_pair_window_only": float("nan") if rw is None else _nan(rw["auc"]),
         "auc_memory_pair_max": _nan(rm["auc"]), "auc_memory_hajek": _nan(rh["auc"]),
         "auc_logged_success": _nan(rl["auc"]), "auc_best_rank": auc(best_rank, required),
-        "useless": int(useless.sum()), "forgettable_share": share(useless),
+        "useless": int(useless.sum()) if useless_ids is not None else float("nan"),
+        "forgettable_share": share(useless) if useless_ids is not None else float("nan"),
         "required_forgotten_share": share(required),
-        "seconds": time.perf_counter() - t0,
     }
 
 
@@ -224,6 +255,56 @@ def budget_curves(
     return pd.DataFrame(rows, columns=list(COLUMNS))
 
 
+#: the LoCoMo part: uniform vs the locomo-window preset's design, at 1x, 2x and 4x today's steps
+LOCOMO_DESIGNS: tuple[Design, ...] = (Design("uniform"), Design("window W=20 j=1", 20, 1))
+LOCOMO_LADDER: tuple[int, ...] = (1, 2, 4)
+
+
+def locomo_curves(
+    path: str | os.PathLike[str],
+    conversation: str = "conv-42",
+    ladder: tuple[int, ...] = LOCOMO_LADDER,
+    designs: tuple[Design, ...] = LOCOMO_DESIGNS,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """The same measures on one LoCoMo conversation, logs laid out as ``replicate experiment`` lays them out.
+
+    The log is :func:`cmp_bayes.replicate.layout.build_log`'s (the
+    experiment's own log builder, BM25, the semi-synthetic reader, no fit) at
+    ``ExperimentConfig``'s defaults with ``exposures_per_memory`` times each
+    multiple. Useless memories: the non-required ones (the reader model gives
+    every memory outside a question's evidence no effect of its own).
+    ``steps_per_question`` is the log's steps over its questions.
+    """
+    from dataclasses import replace
+
+    from cmp_bayes.datasets.locomo import load_locomo
+    from cmp_bayes.replicate.config import ExperimentConfig
+    from cmp_bayes.replicate.layout import build_log
+    from cmp_bayes.retrieval.base import get_retriever
+
+    ds = load_locomo(path, conversations=[conversation])
+    retriever = get_retriever("bm25")
+    base = ExperimentConfig(fit=False, seed=seed)
+    rows = []
+    for design in designs:
+        for m in ladder:
+            t0 = time.perf_counter()
+            over = design.overrides()
+            cfg = replace(base, exposures_per_memory=base.exposures_per_memory * m, assignment=over["assignment"],
+                          window=over.get("window"), pool_slots=over.get("pool_slots", 0))
+            log, _ = build_log(ds, retriever, cfg)
+            lab = log.labels.astype({"memory_id": str})
+            req = lab.groupby("memory_id")["required"].any()
+            ids = pd.Index(log.memory_ids().astype(str))
+            useless = ids[~req.reindex(ids, fill_value=False).to_numpy(bool)]
+            n_q = int(log.steps["query_id"].nunique())
+            row = score_log(log, useless)
+            rows.append({"design": design.name, "multiple": m, "steps_per_question": round(log.n_steps / n_q, 1),
+                         "seed": seed, **row, "seconds": time.perf_counter() - t0})
+    return pd.DataFrame(rows, columns=list(COLUMNS))
+
+
 def _fmt(x: float) -> str:
     return "-" if not np.isfinite(x) else f"{x:.3f}"
 
@@ -237,8 +318,39 @@ def _cell(vals: pd.Series, pct: bool = False) -> str:
     return " / ".join(xs) + f" ({f(float(np.nanmean(vals)) if np.isfinite(vals).any() else np.nan)})"
 
 
-def markdown(table: pd.DataFrame, meta: dict[str, Any]) -> str:
-    """The report: one table per measure family, rows design x steps per question."""
+def _tables(table: pd.DataFrame, useless_label: str) -> list[str]:
+    """One markdown table per measure family, rows design x steps per question."""
+    out: list[str] = []
+    groups = [
+        ("Pair level", [("pairs scored", "pairs_scored", True), ("required scored", "required_pairs_scored", True),
+                        ("required scored (n)", "required_pairs_n", None), ("pair AUC", "auc_pair", False),
+                        ("window rows", "pairs_window", True),
+                        ("pair AUC, window rows only", "auc_pair_window_only", False)]),
+        ("Memory level (AUC)", [("max over pairs", "auc_memory_pair_max", False),
+                                ("memory Hajek", "auc_memory_hajek", False),
+                                ("logged success", "auc_logged_success", False),
+                                ("best rank", "auc_best_rank", False)]),
+        ("Forgetting (stand-in rule)", [(useless_label, "useless", None),
+                                        (f"forgettable share of {useless_label}", "forgettable_share", True),
+                                        ("required forgotten", "required_forgotten_share", True)]),
+    ]
+    for title, cols in groups:
+        out += [f"### {title}", "", "| design | steps / question | " + " | ".join(c[0] for c in cols) + " |",
+                "| --- | --- | " + " | ".join("---" for _ in cols) + " |"]
+        for (design, steps), g in table.groupby(["design", "steps_per_question"], sort=False):
+            cells = []
+            for _, col, pct in cols:
+                if pct is None:
+                    cells.append(" / ".join(str(int(v)) for v in g[col]))
+                else:
+                    cells.append(_cell(g[col], pct))
+            out.append(f"| {design} | {steps} | " + " | ".join(cells) + " |")
+        out.append("")
+    return out
+
+
+def markdown(table: pd.DataFrame, meta: dict[str, Any], locomo: pd.DataFrame | None = None) -> str:
+    """The report: the simulator's tables, then LoCoMo's when given, then the reading."""
     seeds = sorted(table["seed"].unique())
     head = (
         "# Budget curves on the simulator's shared store (estimators only)\n\n"
@@ -250,37 +362,28 @@ def markdown(table: pd.DataFrame, meta: dict[str, Any]) -> str:
         f"wall time {meta['seconds']:.0f} s. No fit: every number is an estimator's.\n\n"
         "Pair estimator: pool-arm Hajek per query (uniform); window-arm SNIPW, falling back to the pool row "
         "where a pair has no window row or its SNIPW is undefined (window designs; `window rows` is the share "
-        "of scored-or-not pairs taken from the window arm). Pair AUC is over the pairs with an estimate only; "
+        "of all pairs scored by the window arm, and the last column is the window SNIPW's AUC over those pairs "
+        "alone). Pair AUC is over the pairs with an estimate only; "
         "`pairs scored` / `required scored` say how many that is. Memory AUCs rank every memory of the store "
         "(no score: last). Useless memories: required by no question and |utility| < 0.05 for every question "
         "(simulator truth, from the uniform log of the same seed and steps, so every design of a seed has the same useless set; no memory has utility exactly 0 there). Forgettable: memory-level status "
         "`identified` and pool Hajek estimate + 1.645 se < 0.05: **a frequentist stand-in for `decide`, not "
         "`decide`**; `required forgotten` is the same rule's share among required memories.\n"
     )
-    out = [head]
-    groups = [
-        ("## Pair level", [("pairs scored", "pairs_scored", True), ("required scored", "required_pairs_scored", True),
-                           ("window rows", "pairs_window", True), ("pair AUC", "auc_pair", False)]),
-        ("## Memory level (AUC)", [("max over pairs", "auc_memory_pair_max", False),
-                                   ("memory Hajek", "auc_memory_hajek", False),
-                                   ("logged success", "auc_logged_success", False),
-                                   ("best rank", "auc_best_rank", False)]),
-        ("## Forgetting (stand-in rule)", [("useless memories", "useless", None),
-                                           ("forgettable share of useless", "forgettable_share", True),
-                                           ("required forgotten", "required_forgotten_share", True)]),
-    ]
-    for title, cols in groups:
-        out += [title, "", "| design | steps / question | " + " | ".join(c[0] for c in cols) + " |",
-                "| --- | --- | " + " | ".join("---" for _ in cols) + " |"]
-        for (design, steps), g in table.groupby(["design", "steps_per_question"], sort=False):
-            cells = []
-            for _, col, pct in cols:
-                if pct is None:
-                    cells.append(" / ".join(str(int(v)) for v in g[col]))
-                else:
-                    cells.append(_cell(g[col], pct))
-            out.append(f"| {design} | {steps} | " + " | ".join(cells) + " |")
-        out.append("")
+    out = [head, "## Simulator: `locomo-like`", ""] + _tables(table, "useless memories")
+    if locomo is not None:
+        out += [
+            f"## LoCoMo {meta['locomo']['conversation']} (semi-synthetic)", "",
+            "The log `replicate experiment` builds (`cmp_bayes.replicate.layout.build_log`: BM25, the "
+            "semi-synthetic reader model, `ExperimentConfig` defaults, no fit), seed "
+            f"{meta['locomo']['seed']}, at today's exposures per pool memory "
+            f"({meta['locomo']['exposures_per_memory']:g}) and at "
+            + ", ".join(f"{m}x" for m in meta["locomo"]["ladder"] if m != 1)
+            + " the steps; both designs spend the same exposure slots. Useless memories here: the "
+            "non-required ones (the reader model gives a memory outside a question's evidence no effect of its "
+            "own); the forgetting rule is the same stand-in. One seed: no interval, read the differences as "
+            "indicative.", "",
+        ] + _tables(locomo, "non-required memories")
     if meta.get("reading"):
         out += ["## Reading", "", meta["reading"], ""]
     return "\n".join(out)
@@ -307,6 +410,8 @@ def main() -> None:
     ap.add_argument("--ladder", type=int, nargs="+", default=list(LADDER))
     ap.add_argument("--out", default="reports/simulation/budget_curves.md")
     ap.add_argument("--reading", default="", help="a paragraph of reading appended to the report")
+    ap.add_argument("--locomo", default=str(LOCOMO_FILE), help="locomo10.json (the LoCoMo part; '' skips it)")
+    ap.add_argument("--conversation", default="conv-42")
     args = ap.parse_args()
     from cmp_bayes.atomic import write_text_atomic
     from cmp_bayes.simulation.config import SimulationConfig
@@ -314,6 +419,10 @@ def main() -> None:
     load_before = _load()
     t0 = time.perf_counter()
     table = budget_curves(ladder=tuple(args.ladder), seeds=tuple(args.seeds), progress=True)
+    locomo = None
+    if args.locomo and os.path.isfile(args.locomo):
+        locomo = locomo_curves(args.locomo, args.conversation, seed=args.seeds[0])
+        print(locomo.to_string(index=False), flush=True)
     cfg = SimulationConfig.preset("locomo-like", **SIZE)
     meta = {
         "command": "benchmarks/budget_curves.py --seeds " + " ".join(map(str, args.seeds))
@@ -324,10 +433,18 @@ def main() -> None:
         "load_before": load_before, "load_after": _load(), "seconds": time.perf_counter() - t0,
         "reading": args.reading,
     }
+    if locomo is not None:
+        from cmp_bayes.replicate.config import ExperimentConfig
+
+        meta["command"] += f" --locomo {args.locomo} --conversation {args.conversation}"
+        meta["locomo"] = {"conversation": args.conversation, "seed": args.seeds[0], "ladder": list(LOCOMO_LADDER),
+                          "exposures_per_memory": ExperimentConfig().exposures_per_memory, "retriever": "bm25"}
     print(table.to_string(index=False))
-    write_text_atomic(args.out, markdown(table, meta))
-    rows = json.loads(table.to_json(orient="records"))
-    write_text_atomic(os.path.splitext(args.out)[0] + ".json", json.dumps({"meta": meta, "rows": rows}, indent=1))
+    write_text_atomic(args.out, markdown(table, meta, locomo))
+    doc = {"meta": meta, "rows": json.loads(table.to_json(orient="records"))}
+    if locomo is not None:
+        doc["locomo_rows"] = json.loads(locomo.to_json(orient="records"))
+    write_text_atomic(os.path.splitext(args.out)[0] + ".json", json.dumps(doc, indent=1))
     print(f"wrote {args.out}")
 
 

@@ -35,6 +35,7 @@ def test_table_shape(bc, table: pd.DataFrame) -> None:
     assert table.groupby(["design", "multiple"]).size().eq(2).all()
     # uniform logs have no window arm; window designs take some pairs from it
     assert (table.loc[table["design"] == "uniform", "pairs_window"] == 0).all()
+    assert table.loc[table["design"] == "uniform", "auc_pair_window_only"].isna().all()
     assert (table.loc[table["design"] != "uniform", "pairs_window"] > 0).all()
     # one world per seed: the useless set does not move with the design
     assert table.groupby(["seed", "multiple"])["useless"].nunique().eq(1).all()
