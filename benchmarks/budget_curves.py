@@ -351,7 +351,7 @@ def _tables(table: pd.DataFrame, useless_label: str) -> list[str]:
 
 def markdown(table: pd.DataFrame, meta: dict[str, Any], locomo: pd.DataFrame | None = None) -> str:
     """The report: the simulator's tables, then LoCoMo's when given, then the reading."""
-    seeds = sorted(table["seed"].unique())
+    seeds = sorted(int(x) for x in table["seed"].unique())
     head = (
         "# Budget curves on the simulator's shared store (estimators only)\n\n"
         f"`{meta['command']}` at commit `{meta['commit']}`; preset `{meta['base']}` cut to {meta['size']} "
@@ -366,7 +366,8 @@ def markdown(table: pd.DataFrame, meta: dict[str, Any], locomo: pd.DataFrame | N
         "alone). Pair AUC is over the pairs with an estimate only; "
         "`pairs scored` / `required scored` say how many that is. Memory AUCs rank every memory of the store "
         "(no score: last). Useless memories: required by no question and |utility| < 0.05 for every question "
-        "(simulator truth, from the uniform log of the same seed and steps, so every design of a seed has the same useless set; no memory has utility exactly 0 there). Forgettable: memory-level status "
+        "(simulator truth, from the uniform log of the same seed and steps, so every design of a seed has "
+        "the same useless set; no memory has utility exactly 0 there). Forgettable: memory-level status "
         "`identified` and pool Hajek estimate + 1.645 se < 0.05: **a frequentist stand-in for `decide`, not "
         "`decide`**; `required forgotten` is the same rule's share among required memories.\n"
     )
@@ -384,8 +385,6 @@ def markdown(table: pd.DataFrame, meta: dict[str, Any], locomo: pd.DataFrame | N
             "own); the forgetting rule is the same stand-in. One seed: no interval, read the differences as "
             "indicative.", "",
         ] + _tables(locomo, "non-required memories")
-    if meta.get("reading"):
-        out += ["## Reading", "", meta["reading"], ""]
     return "\n".join(out)
 
 
@@ -398,8 +397,12 @@ def _load() -> str:
 
 def _commit() -> str:
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                               check=True).stdout.strip()
+        # uncommitted changes to the code that made the numbers: say so
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "cmp_bayes", "benchmarks"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+        return head + ("-dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):  # pragma: no cover - not a checkout
         return "unknown"
 
@@ -409,7 +412,6 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     ap.add_argument("--ladder", type=int, nargs="+", default=list(LADDER))
     ap.add_argument("--out", default="reports/simulation/budget_curves.md")
-    ap.add_argument("--reading", default="", help="a paragraph of reading appended to the report")
     ap.add_argument("--locomo", default=str(LOCOMO_FILE), help="locomo10.json (the LoCoMo part; '' skips it)")
     ap.add_argument("--conversation", default="conv-42")
     args = ap.parse_args()
@@ -431,7 +433,6 @@ def main() -> None:
         "slots": cfg.slots, "threshold": THRESHOLD,
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {sys.version.split()[0]}",
         "load_before": load_before, "load_after": _load(), "seconds": time.perf_counter() - t0,
-        "reading": args.reading,
     }
     if locomo is not None:
         from cmp_bayes.replicate.config import ExperimentConfig
