@@ -85,7 +85,7 @@ section is not.
 * **Forgetting: a memory-level rule cannot tell useless from required memories on a shared store.** The
   stand-in rule (identified, Hajek upper 90% bound below 0.05) forgets 8% of the useless memories at 10
   steps per question and 31% at 200 (uniform), and required memories at a similar rate (7% to 26%);
-  j = 1 windows 12-24% against 11-25%, LoCoMo conv-42 6-16% against 7-15%. That
+  j = 1 windows 12-24% against 11-25%, LoCoMo conv-42 7-15% against 6-16%. That
   is the estimand, not noise: a required memory's effect averaged over 60 questions is below the
   threshold, so "below 0.05 on average" is true of it. With j = 0 nothing is forgettable at any budget:
   window slots are not in the memory-level exposed arm, so no memory is identified. Forgetting on a
