@@ -44,7 +44,7 @@ from cmp_bayes.statistics.kernels import (
     row_outcomes,
     slot_arm,
 )
-from cmp_bayes.statistics.pandas_engine import _cells, lifetimes
+from cmp_bayes.statistics.pandas_engine import _cells, lifetimes, ranking_entries
 
 #: at most this many (span, query) checks at once in the pool arm's eligibility
 _CHUNK: int = 1 << 20
@@ -223,19 +223,7 @@ def _pair_ranks(
     n = len(keys)
     if log.rankings is None or len(log.rankings) == 0 or n == 0:
         return np.zeros(n, dtype=np.int64), np.full(n, np.nan), np.full(n, np.nan)
-    r = log.rankings
-    codes = encode(r["memory_id"])
-    rcode = codes.lookup(positions(codes.dictionary, memory), -1)
-    rstep = r["step"].to_numpy(np.int64)
-    rank = r["rank"].to_numpy(np.int64)
-    keep = rcode >= 0
-    rcode, rstep, rank = rcode[keep], rstep[keep], rank[keep]
-    order = np.lexsort((rank, rcode, rstep))
-    rcode, rstep, rank = rcode[order], rstep[order], rank[order]
-    first = np.ones(len(rcode), dtype=bool)
-    first[1:] = (rcode[1:] != rcode[:-1]) | (rstep[1:] != rstep[:-1])
-    rcode, rstep, rank = rcode[first], rstep[first], rank[first]
-    key = rcode * nq + cell_of_step[np.searchsorted(step_vals, rstep)]
+    key, rank = ranking_entries(log, memory, step_vals, cell_of_step, nq)
     at = np.minimum(np.searchsorted(keys, key), n - 1)
     hit = keys[at] == key
     idx, rank = at[hit], rank[hit]

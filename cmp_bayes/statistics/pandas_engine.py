@@ -212,6 +212,31 @@ def _cells(log: ExposureLog, by: By) -> tuple[pd.Index | None, np.ndarray]:
     return to_index(sorted_names, "group"), codes.lookup(entry, blank)
 
 
+def ranking_entries(
+    log: ExposureLog, memory: pa.Array, step_vals: np.ndarray, cell_of_step: np.ndarray, n_cells: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The logged rankings as (key, rank) entries, key = memory position * n_cells + cell.
+
+    Entries of memories outside ``memory`` are dropped, and a ranking that lists a
+    memory twice counts once, at its best (first) rank. Shared by the dense
+    statistics and the sparse pair statistics, so both follow one rule.
+    ``log.rankings`` must be non-empty.
+    """
+    r = log.rankings
+    codes = encode(r["memory_id"])
+    rcode = codes.lookup(positions(codes.dictionary, memory), -1)
+    rstep = r["step"].to_numpy(np.int64)
+    rank = r["rank"].to_numpy(np.int64)
+    keep = rcode >= 0
+    rcode, rstep, rank = rcode[keep], rstep[keep], rank[keep]
+    order = np.lexsort((rank, rcode, rstep))
+    rcode, rstep, rank = rcode[order], rstep[order], rank[order]
+    first = np.ones(len(rcode), dtype=bool)
+    first[1:] = (rcode[1:] != rcode[:-1]) | (rstep[1:] != rstep[:-1])
+    rcode, rstep, rank = rcode[first], rstep[first], rank[first]
+    return rcode * n_cells + cell_of_step[np.searchsorted(step_vals, rstep)], rank
+
+
 def _ranking_stats(
     log: ExposureLog,
     memory: pa.Array,
@@ -223,21 +248,7 @@ def _ranking_stats(
     shape = (len(memory), n_cells)
     if log.rankings is None or len(log.rankings) == 0:
         return np.zeros(shape, dtype=np.int64), np.full(shape, np.nan), np.full(shape, np.nan)
-    r = log.rankings
-    codes = encode(r["memory_id"])
-    rcode = codes.lookup(positions(codes.dictionary, memory), -1)
-    rstep = r["step"].to_numpy(np.int64)
-    rank = r["rank"].to_numpy(np.int64)
-    keep = rcode >= 0
-    rcode, rstep, rank = rcode[keep], rstep[keep], rank[keep]
-    # a ranking that lists a memory twice counts once, at its best (first) rank
-    order = np.lexsort((rank, rcode, rstep))
-    rcode, rstep, rank = rcode[order], rstep[order], rank[order]
-    first = np.ones(len(rcode), dtype=bool)
-    first[1:] = (rcode[1:] != rcode[:-1]) | (rstep[1:] != rstep[:-1])
-    rcode, rstep, rank = rcode[first], rstep[first], rank[first]
-    pos = np.searchsorted(step_vals, rstep)
-    key = rcode * n_cells + cell_of_step[pos]
+    key, rank = ranking_entries(log, memory, step_vals, cell_of_step, n_cells)
     size = shape[0] * n_cells
     median, best = grouped_median_min(key, rank, size)
     return (
