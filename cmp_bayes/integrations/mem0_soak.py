@@ -16,15 +16,13 @@ Run through :func:`cmp_bayes.live.soak.soak` with
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
-import signal
 from pathlib import Path
 
 import numpy as np
 
 from cmp_bayes.live.session import STATE_FILE
-from cmp_bayes.live.soak import DONE, JOURNAL, KILL_ENV, AgentConfig, _outcome, _rng
+from cmp_bayes.live.soak import DONE, JOURNAL, AgentConfig, _rng, kill_point, report_due
 
 USER = {"user_id": "soak"}
 #: the Mem0 agent's defaults: a smaller store (each search embeds and queries Qdrant)
@@ -60,24 +58,14 @@ def run_mem0_agent(
         positions=cfg.positions, seed=seed, expire_after_steps=cfg.expire_after_steps, **design,
     )
     session = cmp.session
-    kill_at = tuple(int(x) for x in os.environ.get(KILL_ENV, "-1:-1").split(":"))
-
-    def maybe_die(t: int, phase: int) -> None:
-        if (t, phase) == kill_at:
-            os.kill(os.getpid(), signal.SIGKILL)
-
+    maybe_die = kill_point()
     journal = (path / JOURNAL).open("a", encoding="utf-8")
     print("ready", flush=True)
     try:
         while session.next_step < (steps if stop_at is None else min(stop_at, steps)):
             t = session.next_step
             maybe_die(t, 0)
-            for s in session.pending:
-                y, due = _outcome(seed, s)
-                if due is not None and due <= t:
-                    cmp.report_outcome(s, y)
-                    journal.write(f"{s} {y:g}\n")
-                    journal.flush()
+            report_due(session, seed, t, journal)  # cmp's own session: the same log
             maybe_die(t, 1)
             r = _rng(seed, t, 2)
             alive = [session.store_id(m) for m in sorted(session.writer.alive_memories(t))]
@@ -95,14 +83,7 @@ def run_mem0_agent(
             maybe_die(t, 3)
         if session.next_step < steps:
             return  # a clean stop before the end (closed below)
-        for s in session.pending:
-            y, due = _outcome(seed, s)
-            if due is not None:
-                cmp.report_outcome(s, y)
-                journal.write(f"{s} {y:g}\n")
-                journal.flush()
-            else:
-                cmp.cancel(s, "no outcome at shutdown")
+        report_due(session, seed, None, journal)
     finally:
         journal.close()
         cmp.close()

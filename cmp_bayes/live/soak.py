@@ -35,9 +35,10 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 
@@ -108,24 +109,13 @@ def run_agent(
         expire_after_steps=cfg.expire_after_steps,
     )
     journal = (path / JOURNAL).open("a", encoding="utf-8")
-    kill_at = tuple(int(x) for x in os.environ.get(KILL_ENV, "-1:-1").split(":"))
-
-    def maybe_die(t: int, phase: int) -> None:
-        if (t, phase) == kill_at:
-            os.kill(os.getpid(), signal.SIGKILL)
-
+    maybe_die = kill_point()
     print("ready", flush=True)
     try:
-        while session.next_step < steps:
+        while session.next_step < (steps if stop_at is None else min(stop_at, steps)):
             t = session.next_step
             maybe_die(t, 0)
-            # outcomes due now, for steps opened before (also before a restart)
-            for s in session.pending:
-                y, due = _outcome(seed, s)
-                if due is not None and due <= t:
-                    session.report(s, y)
-                    journal.write(f"{s} {y:g}\n")
-                    journal.flush()
+            report_due(session, seed, t, journal)
             maybe_die(t, 1)
             _churn(session, seed, t, cfg)
             maybe_die(t, 2)
@@ -137,20 +127,40 @@ def run_agent(
             maybe_die(t, 3)
         if session.next_step < steps:
             return  # a clean stop before the end (the log is closed below)
-        # at shutdown: the outcomes still to come arrive; the ones that never will are cancelled
-        for s in session.pending:
-            y, due = _outcome(seed, s)
-            if due is not None:
-                session.report(s, y)
-                journal.write(f"{s} {y:g}\n")
-                journal.flush()
-            else:
-                session.cancel(s, "no outcome at shutdown")
+        report_due(session, seed, None, journal)
     finally:
         journal.close()
         session.close()
     if session.next_step >= steps:
         (path / DONE).write_text("ok\n")
+
+
+def kill_point() -> Callable[[int, int], None]:
+    """``maybe_die(t, phase)``: SIGKILL this process at the step and phase :data:`KILL_ENV` names."""
+    kill_at = tuple(int(x) for x in os.environ.get(KILL_ENV, "-1:-1").split(":"))
+
+    def maybe_die(t: int, phase: int) -> None:
+        if (t, phase) == kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return maybe_die
+
+
+def report_due(session: LiveSession, seed: int, t: int | None, journal: TextIO) -> None:
+    """Report the outcomes due by step ``t`` of the steps waiting (also those begun before a
+    restart), noting each in ``journal`` once ``report`` returned.
+
+    ``t=None``: the agent shuts down; every outcome still to come arrives and the steps
+    whose outcome never will are cancelled.
+    """
+    for s in session.pending:
+        y, due = _outcome(seed, s)
+        if due is not None and (t is None or due <= t):
+            session.report(s, y)
+            journal.write(f"{s} {y:g}\n")
+            journal.flush()
+        elif t is None:
+            session.cancel(s, "no outcome at shutdown")
 
 
 def _churn(session: LiveSession, seed: int, t: int, cfg: AgentConfig) -> None:
