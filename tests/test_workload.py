@@ -169,3 +169,15 @@ def test_cli_workload(tmp_path, capsys) -> None:
     capsys.readouterr()
     assert main(["decide", str(path), "--workload", str(mix)]) == 2
     assert "workload" in capsys.readouterr().err
+
+
+def test_a_bad_weight_in_a_csv_names_its_line(tmp_path) -> None:
+    import pytest
+
+    from cmp_bayes.decision.workload import read_mix
+    from cmp_bayes.errors import ConfigError
+
+    f = tmp_path / "mix.csv"
+    f.write_text("query_id,weight\nq0,1\nq1,abc\n")
+    with pytest.raises(ConfigError, match=r"mix\.csv, line 3: weight of query 'q1'"):
+        read_mix(f)

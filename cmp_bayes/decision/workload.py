@@ -71,7 +71,8 @@ def read_mix(workload: Mapping[str, float] | pd.Series | str | Path) -> pd.Serie
         a finite number >= 0, or weights summing to 0.
     """
     where = "workload"
-    if isinstance(workload, str | Path):
+    from_csv = isinstance(workload, str | Path)
+    if from_csv:
         where = str(workload)
         try:
             frame = pd.read_csv(workload, dtype={"query_id": "string"})
@@ -90,12 +91,18 @@ def read_mix(workload: Mapping[str, float] | pd.Series | str | Path) -> pd.Serie
         weights = pd.to_numeric(series, errors="coerce").to_numpy(np.float64)
     if len(ids) == 0:
         raise ConfigError(f"{where}: the workload has no queries")
+
+    def at(i: int) -> str:
+        # a CSV's row i is on line i + 2 (the header is line 1)
+        return f"{where}, line {i + 2}" if from_csv else where
+
     dup = pd.Index(ids).duplicated()
     if dup.any():
-        raise ConfigError(f"{where}: query_id {ids[dup.argmax()]!r} appears more than once")
+        raise ConfigError(f"{at(int(dup.argmax()))}: query_id {ids[dup.argmax()]!r} appears more than once")
     bad = ~np.isfinite(weights) | (weights < 0)
     if bad.any():
-        raise ConfigError(f"{where}: weight of query {ids[bad.argmax()]!r} must be a finite number >= 0")
+        i = int(bad.argmax())
+        raise ConfigError(f"{at(i)}: weight of query {ids[i]!r} must be a finite number >= 0")
     if weights.sum() <= 0:
         raise ConfigError(f"{where}: the weights sum to 0")
     return pd.Series(weights / weights.sum(), index=pd.Index(ids, name="query_id"), name="weight")
