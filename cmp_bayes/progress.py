@@ -34,6 +34,8 @@ its display as a second row instead of fighting it for the terminal.
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 from collections.abc import Iterable, Iterator, Sized
 from contextlib import contextmanager
@@ -76,8 +78,6 @@ def _resolve_quiet(quiet: bool | None) -> bool:
 
 def stderr_is_terminal() -> bool:
     """Whether stderr is a terminal, as rich judges it (a TTY, ``FORCE_COLOR``, ``TTY_COMPATIBLE``)."""
-    import sys
-
     isatty = getattr(sys.stderr, "isatty", None)
     # the cheap answer first: rich is imported only when a terminal might be there
     try:
@@ -91,8 +91,6 @@ def stderr_is_terminal() -> bool:
 
 
 def _terminal_forced_by_env() -> bool:
-    import os
-
     return os.environ.get("TTY_COMPATIBLE") == "1" or os.environ.get("FORCE_COLOR", "") != ""
 
 
@@ -124,11 +122,9 @@ def sampler_progress(wanted: bool, quiet: bool | None = None) -> bool:
         return False
     if stderr_is_terminal():
         return True
-    try:
-        from IPython import get_ipython  # type: ignore[attr-defined]
-    except ImportError:
-        return False
-    shell = get_ipython()
+    # a notebook kernel has imported IPython already; importing it here would only cost time
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
     return shell is not None and type(shell).__name__ == "ZMQInteractiveShell"
 
 
@@ -234,8 +230,14 @@ def _release_display(display: Any) -> None:
                 _SHARED["display"], _SHARED["users"] = None, 0
 
 
-def _new_display(console: Any) -> Any:
+def _default_console() -> Any:
+    """The console bars draw on unless given one: stderr (tests swap in a forced terminal)."""
     from rich.console import Console
+
+    return Console(stderr=True)
+
+
+def _new_display(console: Any) -> Any:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     return Progress(
@@ -245,7 +247,7 @@ def _new_display(console: Any) -> Any:
         _rate_column(),
         _left_column(),
         TimeElapsedColumn(),
-        console=console if console is not None else Console(stderr=True),
+        console=console if console is not None else _default_console(),
         # stdout carries the verb's results: it must never be routed into the bar's stream
         redirect_stdout=False,
         redirect_stderr=True,
