@@ -34,9 +34,6 @@ from cmp_bayes.errors import CmpBayesError
 #: Environment variable that lets an unexpected error raise with its traceback.
 DEBUG_ENV: str = "CMP_BAYES_DEBUG"
 
-#: Loggers of the libraries a verb runs whose INFO lines are chatter, not warnings.
-CHATTY_LOGGERS: tuple[str, ...] = ("pymc", "nutpie", "pytensor")
-
 #: verb -> (module, one-line help). Order is the pipeline's order.
 VERBS: dict[str, tuple[str, str]] = {
     "simulate": ("cmp_bayes.cli.simulate", "simulate a memory system under CMP and write its log"),
@@ -113,24 +110,21 @@ def add_quiet(parser: argparse.ArgumentParser) -> None:
 def _verb_output(quiet: bool) -> Iterator[None]:
     """While a verb runs: the process-wide quiet setting, and the libraries' chatter muted.
 
-    The chatter (INFO lines) is muted under ``--quiet`` and whenever stderr is
-    not a terminal; warnings and errors always pass.
+    The chatter (log records below WARNING: PyMC's "Sampling: [...]") is muted
+    under ``--quiet`` and whenever stderr is not a terminal; warnings and errors
+    always pass. ``logging.disable`` rather than a logger's level, because PyMC
+    is imported during the verb and sets its logger's level to INFO on import.
     """
     from cmp_bayes.progress import quiet_mode, show_progress
 
     with quiet_mode(quiet):
-        muted = not show_progress()
-        levels = {name: logging.getLogger(name).level for name in CHATTY_LOGGERS}
-        if muted:
-            for name in CHATTY_LOGGERS:
-                logger = logging.getLogger(name)
-                if logger.getEffectiveLevel() < logging.WARNING:
-                    logger.setLevel(logging.WARNING)
+        before = logging.root.manager.disable
+        if not show_progress():
+            logging.disable(max(before, logging.INFO))
         try:
             yield
         finally:
-            for name, level in levels.items():
-                logging.getLogger(name).setLevel(level)
+            logging.disable(before)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
