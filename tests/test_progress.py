@@ -263,3 +263,20 @@ def test_library_chatter_is_muted_when_stderr_is_not_a_terminal(tmp_path, capfd,
     assert seen == [(False, True)]  # INFO chatter muted, warnings pass
     assert logging.root.manager.disable == logging.NOTSET  # restored after the verb
     assert "Sampling" not in capfd.readouterr().err
+
+
+def test_the_samplers_own_bar_follows_the_terminal_and_quiet(monkeypatch) -> None:
+    from cmp_bayes.model import sampling
+    from cmp_bayes.model.config import SamplerConfig
+
+    seen: list[bool] = []
+    monkeypatch.setattr(sampling, "_nutpie", lambda model, cfg: seen.append(cfg.progressbar))
+    asked = SamplerConfig(progressbar=True)
+    sampling.sample_hyper(None, asked)  # stderr captured: no bar although the config asks
+    monkeypatch.setattr(pg, "stderr_is_terminal", lambda: True)
+    sampling.sample_hyper(None, asked)
+    sampling.sample_hyper(None, SamplerConfig(progressbar=False))
+    with quiet_mode(True):
+        sampling.sample_hyper(None, asked)
+    assert seen == [False, True, False, False]
+    assert asked.progressbar is True  # the config (and the posterior's record of it) is left alone
