@@ -43,6 +43,10 @@ def run(args: argparse.Namespace) -> int:
 
         table = add_text(report.memories, texts_from_memories(log.memories), full=True)
         out = write_with(args.output, lambda tmp: table.to_csv(tmp, index=False, float_format="%.10g"))
-        # on stderr with --json, so stdout stays one JSON object
-        print(f"wrote {out} ({len(table)} memories)", file=sys.stderr if args.json else sys.stdout)
+        line = f"wrote {out} ({len(table)} memories)"
+        if not args.json:
+            print(line)
+        elif not getattr(args, "quiet", False):
+            # informational, so on stderr with --json (stdout stays one JSON object), and not under --quiet
+            print(line, file=sys.stderr)
     return 0

@@ -55,9 +55,11 @@ def run(args: argparse.Namespace) -> int:
     if args.engine == "dask":
         if args.by is not None:
             raise ConfigError("--by query needs the whole log in memory: use --engine pandas")
+        from cmp_bayes.progress import Progress
         from cmp_bayes.scale.dask_stats import fit_statistics
 
-        data = fit_statistics(args.log, scheduler=args.scheduler)
+        # a bar over the Dask tasks on a terminal; none under --quiet (the verb's setting)
+        data = fit_statistics(args.log, scheduler=args.scheduler, progress=Progress())
     else:
         if args.scheduler is not None:
             raise ConfigError("--scheduler only applies with --engine dask")

@@ -10,15 +10,24 @@ option, a missing file) prints exactly one line on stderr and exits 2, never a
 traceback; any other exception is a bug and prints one line too (verb,
 exception type and message) and exits 1, unless ``CMP_BAYES_DEBUG=1`` asks for
 the traceback; outputs are written atomically.
+
+Every verb takes ``--quiet`` (``-q``; also accepted before the verb): no
+progress bars and no informational lines on stderr; what the verb prints on
+stdout (its results) is unchanged. Without it, progress bars draw only when
+stderr is a terminal (:mod:`cmp_bayes.progress`), and the libraries'
+informational log lines (PyMC's "Sampling: [...]") reach stderr only then,
+so a redirected stderr holds warnings and errors alone.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 from cmp_bayes.errors import CmpBayesError
 
@@ -66,12 +75,56 @@ def build_parser() -> argparse.ArgumentParser:
         description="Bayesian analysis of Causal Memory Policy exposure logs.",
     )
     parser.add_argument("--version", action="version", version=f"cmp-bayes {__version__}")
+    parser.add_argument("-q", "--quiet", action="store_true", default=False, help=QUIET_HELP)
     sub = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_OneLineParser)
     for verb, (module, help_) in _available_verbs().items():
         p = sub.add_parser(verb, help=help_, description=help_)
         importlib.import_module(module).add_arguments(p)
         p.set_defaults(_module=module)
+        add_quiet(p)
     return parser
+
+
+#: Help of ``--quiet``, the same on every verb.
+QUIET_HELP: str = "no progress bars or informational lines on stderr (results on stdout stay)"
+
+
+def add_quiet(parser: argparse.ArgumentParser) -> None:
+    """Give ``parser`` ``--quiet``, or each of its sub-verbs when it has them (``replicate``).
+
+    The flag goes on the parsers a command line ends in, so ``cmp-bayes replicate
+    experiment ... --quiet`` parses. Its default is "not given" rather than
+    False: argparse lets a sub-parser's default overwrite a value the parent
+    parsed, which would undo ``cmp-bayes --quiet VERB``.
+    """
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if subs:
+        for action in subs:
+            for child in dict.fromkeys(action.choices.values()):
+                add_quiet(child)
+        return
+    parser.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help=QUIET_HELP)
+
+
+@contextmanager
+def _verb_output(quiet: bool) -> Iterator[None]:
+    """While a verb runs: the process-wide quiet setting, and the libraries' chatter muted.
+
+    The chatter (log records below WARNING: PyMC's "Sampling: [...]") is muted
+    under ``--quiet`` and whenever stderr is not a terminal; warnings and errors
+    always pass. ``logging.disable`` rather than a logger's level, because PyMC
+    is imported during the verb and sets its logger's level to INFO on import.
+    """
+    from cmp_bayes.progress import quiet_mode, show_progress
+
+    with quiet_mode(quiet):
+        before = logging.root.manager.disable
+        if not show_progress():
+            logging.disable(max(before, logging.INFO))
+        try:
+            yield
+        finally:
+            logging.disable(before)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -89,7 +142,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     module = importlib.import_module(args._module)
     try:
-        return int(module.run(args) or 0)
+        with _verb_output(bool(getattr(args, "quiet", False))):
+            return int(module.run(args) or 0)
     except CmpBayesError as exc:
         sys.stderr.write(f"cmp-bayes {args.verb}: error: {_one_line(str(exc))}\n")
         return 2

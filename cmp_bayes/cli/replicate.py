@@ -8,6 +8,10 @@ then logged baseline vs Hajek vs posterior vs per-query by AUC.
 Benchmark files are passed with ``--data FILE``; without it the folder in the
 environment variable ``CMP_BAYES_DATA`` (laid out like ``shared/data``) is
 used. Nothing is downloaded.
+
+In a terminal both show progress on stderr (the stores being ranked, the fit,
+the store randomization) with rate and time left; ``--quiet`` or a redirected
+stderr shows none, and stdout carries only the result.
 """
 
 from __future__ import annotations
@@ -114,18 +118,21 @@ def run(args: argparse.Namespace) -> int:
     """Run the chosen sub-verb; returns 0."""
     from cmp_bayes.atomic import write_text_atomic
     from cmp_bayes.errors import ConfigError
+    from cmp_bayes.progress import Progress
     from cmp_bayes.retrieval.base import get_retriever
 
     dataset = load_from_args(args)
     if not dataset.stores:
         raise ConfigError(f"{args.dataset}: no question with evidence was selected")
     retriever = get_retriever(args.retriever)
+    # quiet follows --quiet (the verb's process-wide setting); bars draw only on a terminal
+    progress = Progress()
     if args.what == "positivity":
         from cmp_bayes.replicate.positivity import measure_positivity
 
         if any(b < 1 for b in args.slots):
             raise ConfigError("--slots must be positive integers")
-        result = measure_positivity(dataset, retriever, sorted(set(args.slots)))
+        result = measure_positivity(dataset, retriever, sorted(set(args.slots)), progress=progress)
         text_out, json_out = result.to_text(), result.to_json()
     else:
         from dataclasses import replace
@@ -150,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
             pool_slots=0 if args.pool_slots is None else args.pool_slots,
             holdout=args.holdout,
         )
-        result = run_experiment(dataset, retriever, config, log_out=args.log_out)
+        result = run_experiment(dataset, retriever, config, log_out=args.log_out, progress=progress)
         text_out, json_out = result.to_text(), result.to_json()
     if args.output:
         write_text_atomic(args.output, json_out + "\n")

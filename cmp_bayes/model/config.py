@@ -229,7 +229,10 @@ class SamplerConfig:
     seed : int
         Random seed of everything (sampling, grid draws, predictive draws).
     progressbar : bool
-        Show the sampler's progress bar.
+        Show the sampler's progress bar, and a bar over the per-memory recovery
+        of the draws when that runs longer than a few seconds. Either draws only
+        when stderr is a terminal (the sampler's also in a notebook) and nothing
+        asked for quiet (``--quiet``; :mod:`cmp_bayes.progress`).
     keep_draws : int
         At most this many posterior draws in total (over chains) are kept for the
         per-memory variables; more are thinned evenly (posterior size grows as

@@ -220,7 +220,10 @@ def fit_stats(
     rng = np.random.default_rng(scfg.seed)
     flat = {n: post[n].values.reshape(n_chain * n_draw, *post[n].shape[2:]) for n in names}
     # the per-query variant's rows are pair convolutions without offsets: no pointwise group there
-    rec = recover(data, flat, rng, use_data=True, jitter=config.jitter, pointwise=pair_stats is None)
+    rec = recover(
+        data, flat, rng, use_data=True, jitter=config.jitter, pointwise=pair_stats is None,
+        progress=scfg.progressbar,
+    )
 
     with model, warnings.catch_warnings():
         # the prior of the hyperparameters is exactly what we want here
@@ -230,7 +233,7 @@ def fit_stats(
         )
     prior = prior_tree["prior"].to_dataset()[names]
     pflat = {n: prior[n].values.reshape(-1, *prior[n].shape[2:]) for n in names}
-    prec = recover(data, pflat, rng, use_data=False, jitter=config.jitter)
+    prec = recover(data, pflat, rng, use_data=False, jitter=config.jitter, progress=scfg.progressbar)
 
     memory = xr.DataArray(data.memory.astype(object), dims="memory")
     if pair_stats is None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +38,7 @@ import pytensor
 import pytensor.tensor as pt
 
 from cmp_bayes.model.build import ModelData, hyper_shapes, prior_key, prior_terms
+from cmp_bayes.progress import Progress
 
 
 @dataclass
@@ -127,6 +129,10 @@ def sample_rows(
 #: number of threads that run them.
 CHUNKS: int = 4
 
+#: Seconds a recovery runs before its bar draws: small fits recover in well under
+#: a second and draw nothing; 10k memories x 1000 draws take tens of seconds.
+RECOVERY_BAR_DELAY: float = 3.0
+
 
 def recover(
     data: ModelData,
@@ -137,6 +143,7 @@ def recover(
     jitter: bool = True,
     threads: int | None = None,
     pointwise: bool = False,
+    progress: bool = False,
 ) -> Recovered:
     """Draw tau and rho per memory for each of the S hyperparameter draws.
 
@@ -157,6 +164,10 @@ def recover(
     pointwise : bool
         Also compute each exposed memory's marginal log-likelihood per draw
         (``Recovered.log_lik``); needs ``use_data``.
+    progress : bool
+        A bar over the S draws (completed / S, draws per second, time left) on
+        stderr, once the recovery has run :data:`RECOVERY_BAR_DELAY` seconds;
+        only on a terminal and unless quiet (:mod:`cmp_bayes.progress`).
     """
     if pointwise and not use_data:
         raise ValueError("the pointwise log-likelihood needs use_data=True")
@@ -177,7 +188,10 @@ def recover(
     chunks = [np.arange(c, s, CHUNKS) for c in range(min(CHUNKS, s))]
     streams = rng.spawn(len(chunks))
     workers = max(1, min(threads or os.cpu_count() or 1, len(chunks)))
-    with ThreadPoolExecutor(max_workers=workers) as pool:
+    what = "recovering tau, rho" if use_data else "recovering the prior"
+    bar = Progress(None if progress else True, delay=RECOVERY_BAR_DELAY).bar(what, total=s, unit="draws")
+    with bar, ThreadPoolExecutor(max_workers=workers) as pool:
+        ctx.advance = bar.advance if bar.drawing else None
         parts = list(pool.map(lambda a: _recover_draws(ctx, a[0], a[1], tau, rho), zip(chunks, streams, strict=True)))
     acc = {k: sum(p[k] for p in parts) for k in parts[0]}
     # law of total variance over the hyperparameter draws
@@ -240,6 +254,7 @@ class _Context:
     lock: threading.Lock
     pointwise: _Pointwise | None = None
     log_lik: np.ndarray | None = None  # (S, Mi), filled in place when ``pointwise``
+    advance: Callable[[float], None] | None = None  # the progress bar's, one call per draw done
 
 
 def _recover_draws(
@@ -301,6 +316,8 @@ def _recover_draws(
             rho[i] = rng.beta(ra + y, rb + np.maximum(n - y, 0.0))
         else:
             rho[i] = rng.beta(ra, rb)
+        if ctx.advance is not None:
+            ctx.advance(1)
     return acc
 
 

@@ -120,7 +120,17 @@ def attempts_json(attempts: list[dict[str, Any]]) -> str:
 
 
 def sample_hyper(model: pm.Model, cfg: SamplerConfig) -> tuple[xr.Dataset, xr.Dataset]:
-    """Sample the model's free variables with ``cfg.sampler``."""
+    """Sample the model's free variables with ``cfg.sampler``.
+
+    The sampler's own bar draws when ``cfg.progressbar`` asks for it and stderr
+    is a terminal (or a notebook) and nothing is quiet
+    (:func:`cmp_bayes.progress.sampler_progress`): off when stderr is a file.
+    """
+    from dataclasses import replace
+
+    from cmp_bayes.progress import sampler_progress
+
+    cfg = replace(cfg, progressbar=sampler_progress(cfg.progressbar))
     if cfg.sampler == "advi":
         return _advi(model, cfg)
     if cfg.sampler == "numpyro" and (

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from cmp_bayes.datasets.base import Dataset
+from cmp_bayes.progress import Progress
 from cmp_bayes.replicate.config import LABEL, ExperimentConfig
 from cmp_bayes.replicate.layout import build_log, write_and_check
 from cmp_bayes.replicate.randomization import block_store_randomization
@@ -167,6 +168,7 @@ def run_experiment(
     retriever: Retriever,
     config: ExperimentConfig | None = None,
     log_out: str | Path | None = None,
+    progress: Progress | None = None,
 ) -> ExperimentResult:
     """Build the log, write and re-read it, estimate, fit, evaluate and randomize.
 
@@ -178,15 +180,23 @@ def run_experiment(
     log_out : path, optional
         Where to write the exposure log (JSONL); a temporary Parquet log is
         used (and removed) otherwise.
+    progress : cmp_bayes.progress.Progress, optional
+        Where the long phases show progress (default: nowhere). When its bars
+        draw (a terminal, not quiet): a bar over the stores as they are ranked,
+        the sampler's own bar and the recovery's bar during the fit(s) (even
+        where ``config.sampler.progressbar`` is off, as it is by default for
+        batches of experiments), and a bar over the stores' randomization. The
+        result does not depend on it.
     """
     from cmp_bayes.estimators import estimate
     from cmp_bayes.evaluation import evaluate
     from cmp_bayes.statistics import exposure_stats
 
     config = config or ExperimentConfig()
+    progress = progress or Progress.silent()
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
-    log, blocks = build_log(dataset, retriever, config)
+    log, blocks = build_log(dataset, retriever, config, progress)
     timings["build_log"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
@@ -232,16 +242,21 @@ def run_experiment(
     dt = None
     fits: dict[str, Any] = {}
     if config.fit:
+        from dataclasses import replace
+
         from cmp_bayes.model.fit import fit
 
+        # the fit is the long phase: where bars draw, it shows the sampler's (the seed and
+        # every setting that moves the draws are config.sampler's, so the result is the same)
+        sampler = replace(config.sampler, progressbar=True) if progress.enabled else config.sampler
         t0 = time.perf_counter()
-        dt = fit(log, config.model, config.sampler)
+        dt = fit(log, config.model, sampler)
         timings["fit"] = time.perf_counter() - t0
         rows.append(_auc_row("posterior mean tau", "memory", evaluate(log, dt, level="memory", n_boot=config.n_boot, seed=config.seed)))
         fit_health = _health(dt)
         if config.per_query_fit:
             t0 = time.perf_counter()
-            dq = fit(log, config.model, config.sampler, by="query")
+            dq = fit(log, config.model, sampler, by="query")
             timings["fit_per_query"] = time.perf_counter() - t0
             ev = evaluate(log, dq, level="pair", n_boot=config.n_boot, seed=config.seed)
             rows.append(_auc_row("posterior mean tau per query", "pair", ev))
@@ -295,7 +310,7 @@ def run_experiment(
                                  config.seed, paired_auc_difference)}
         fits.clear()
     t0 = time.perf_counter()
-    rz = block_store_randomization(log, blocks, config, scores)
+    rz = block_store_randomization(log, blocks, config, scores, progress)
     timings["store_randomization"] = time.perf_counter() - t0
     return ExperimentResult(dataset.name, retriever.name, dataset.granularity, config, summary, auc, rz, timings,
                             fit_health, diffs, per_memory, dt, held)

@@ -61,6 +61,7 @@ from cmp_bayes.log.schema import (
     ExposureLog,
     coerce,
 )
+from cmp_bayes.progress import Progress
 from cmp_bayes.replicate.config import LABEL, ExperimentConfig
 from cmp_bayes.retrieval.base import Retriever, rank_store
 
@@ -84,8 +85,12 @@ class StoreBlock:
     held_out: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # local query indices never asked
 
 
-def build_log(dataset: Dataset, retriever: Retriever, config: ExperimentConfig) -> tuple[ExposureLog, list[StoreBlock]]:
+def build_log(
+    dataset: Dataset, retriever: Retriever, config: ExperimentConfig, progress: Progress | None = None
+) -> tuple[ExposureLog, list[StoreBlock]]:
     """Lay out the CMP exposure log over the dataset's real stores (module docstring).
+
+    ``progress`` (default silent) gets a bar over the stores as the retriever ranks them.
 
     Returns
     -------
@@ -104,7 +109,8 @@ def build_log(dataset: Dataset, retriever: Retriever, config: ExperimentConfig) 
     nret = config.slots - config.exposure_slots
     blocks: list[StoreBlock] = []
     start = 0
-    for store in dataset.stores:
+    progress = progress or Progress.silent()
+    for store in progress.track(dataset.stores, "ranking stores", unit="stores"):
         if store.size == 0 or store.queries.empty:
             continue
         ranks_da = rank_store(store, retriever)

@@ -28,13 +28,18 @@ import numpy as np
 import pandas as pd
 
 from cmp_bayes.datasets.base import Dataset
+from cmp_bayes.progress import Progress
 from cmp_bayes.retrieval.base import Retriever, rank_store
 
 DEFAULT_SLOTS: tuple[int, ...] = (5, 10, 20)
 
 
-def evidence_ranks(dataset: Dataset, retriever: Retriever) -> tuple[pd.DataFrame, pd.DataFrame]:
+def evidence_ranks(
+    dataset: Dataset, retriever: Retriever, progress: Progress | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Rank every store with ``retriever`` and keep what positivity needs.
+
+    ``progress`` (default silent) gets a bar over the stores.
 
     Returns
     -------
@@ -47,7 +52,7 @@ def evidence_ranks(dataset: Dataset, retriever: Retriever) -> tuple[pd.DataFrame
         ``store_size``, ``group`` (the group of the first query requiring it).
     """
     pair_rows, mem_rows = [], []
-    for store in dataset.stores:
+    for store in (progress or Progress.silent()).track(dataset.stores, "ranking stores", unit="stores"):
         if store.evidence.empty:
             continue
         ranks = rank_store(store, retriever)
@@ -164,9 +169,18 @@ class PositivityResult:
         return "\n".join(lines)
 
 
-def measure_positivity(dataset: Dataset, retriever: Retriever, slots: Sequence[int] = DEFAULT_SLOTS) -> PositivityResult:
-    """Rank every store and tabulate the unretrieved evidence for each ``B`` in ``slots``."""
-    pairs, mems = evidence_ranks(dataset, retriever)
+def measure_positivity(
+    dataset: Dataset,
+    retriever: Retriever,
+    slots: Sequence[int] = DEFAULT_SLOTS,
+    progress: Progress | None = None,
+) -> PositivityResult:
+    """Rank every store and tabulate the unretrieved evidence for each ``B`` in ``slots``.
+
+    ``progress`` (a :class:`cmp_bayes.progress.Progress`; default silent) draws a
+    bar over the stores being ranked, with its rate and time left.
+    """
+    pairs, mems = evidence_ranks(dataset, retriever, progress)
     table = positivity_table(pairs, mems, slots)
     groups = []
     for g in sorted(pairs["group"].dropna().unique()):

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from cmp_bayes.log.schema import ExposureLog
+from cmp_bayes.progress import Progress
 from cmp_bayes.replicate.config import ExperimentConfig
 from cmp_bayes.replicate.layout import StoreBlock
 
@@ -23,6 +24,7 @@ def block_store_randomization(
     blocks: list[StoreBlock],
     config: ExperimentConfig,
     scores: dict[str, pd.DataFrame] | None = None,
+    progress: Progress | None = None,
 ) -> dict[str, Any]:
     """Store-level randomization on the real stores, with the simulator's definitions.
 
@@ -42,6 +44,8 @@ def block_store_randomization(
     other eviction rules (method -> table with ``memory_id`` and ``estimate``:
     lowest evicted first; memories without an estimate are kept, as CMP never
     forgets what it cannot identify).
+
+    ``progress`` (default silent) gets a bar over the stores.
     """
     rng = np.random.default_rng([config.seed, 7])
     nret = config.slots - config.exposure_slots
@@ -56,7 +60,7 @@ def block_store_randomization(
         rules[name] = table.drop_duplicates("memory_id").set_index("memory_id")["estimate"]
     quality = {name: 0.0 for name in ["full", "random", *rules]}
     n_steps = 0
-    for b in blocks:
+    for b in (progress or Progress.silent()).track(blocks, "store randomization", unit="stores"):
         m = len(b.memory_ids)
         qs = np.unique(b.step_query)
         weight = np.bincount(b.step_query, minlength=len(b.query_ids)).astype(float)

@@ -72,6 +72,7 @@ def report(
     PosteriorError
         The posterior lacks the ``posterior`` group.
     """
+    from cmp_bayes.progress import track
     from cmp_bayes.reporting import actions, checks
     from cmp_bayes.reporting import sections as sec
     from cmp_bayes.reporting.blocks import identification_frame
@@ -100,17 +101,19 @@ def report(
     # memory rows everywhere (forest, unidentified list) show the start of the text
     ident = add_text(identification_frame(tree), texts)
 
-    sections = [
-        sec.overview(health, ident, decisions, tree),
-        sec.sampler_health_section(health, _attempts(tree)),
-        sec.hyperparameter_section(tree, hyper),
-        sec.trace_rank_section(tree, hyper),
-        sec.forest_section(tree, ident),
-        sec.identification_section(tree, ident),
-        checks.ppc_section(tree),
-        actions.decisions_section(decisions, note, texts=texts),
-        checks.loo_section(tree),
+    steps = [
+        lambda: sec.overview(health, ident, decisions, tree),
+        lambda: sec.sampler_health_section(health, _attempts(tree)),
+        lambda: sec.hyperparameter_section(tree, hyper),
+        lambda: sec.trace_rank_section(tree, hyper),
+        lambda: sec.forest_section(tree, ident),
+        lambda: sec.identification_section(tree, ident),
+        lambda: checks.ppc_section(tree),
+        lambda: actions.decisions_section(decisions, note, texts=texts),
+        lambda: checks.loo_section(tree),
     ]
+    # the sections draw the figures: a bar over them (cmp_bayes.progress) once they take a few seconds
+    sections = [step() for step in track(steps, "writing the report", unit="sections", delay=3.0)]
     title = f"cmp_bayes report: {_name(tree, out_dir)}"
     generated = dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat()
     version = str(tree.attrs.get("cmp_bayes_version", _version()))

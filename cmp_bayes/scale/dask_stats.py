@@ -65,10 +65,19 @@ reported does not depend on which task ran first: as in the pandas reader, a
 steps rule before a contexts rule, and within each the first part file in name
 order (each part's own rules in the reader's order); a window design's ranking
 rules, then its window slots, come after every other rule, as in the reader.
+
+Progress. With a drawing :class:`cmp_bayes.progress.Progress` (a terminal, not
+quiet) the run shows a bar over the graph's tasks (the maps over part files and
+the reduce), with rate and time left: on a local scheduler through dask's
+scheduler callbacks (``dask.diagnostics.ProgressBar`` draws only there, and
+on stdout), on a ``dask.distributed`` cluster from the scheduler's own task
+counts (the feed ``distributed``'s progress bars read). Without one, the
+computation is the plain ``dask.compute`` it always was.
 """
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from pathlib import Path
 from typing import Any
@@ -81,6 +90,7 @@ from cmp_bayes.errors import ConfigError, LogError
 from cmp_bayes.log.design import union_pool, varying_propensity
 from cmp_bayes.log.layout import log_checksum, read_design
 from cmp_bayes.log.pools import RoundPools
+from cmp_bayes.progress import Bar, Progress
 from cmp_bayes.scale.contexts_map import (
     ContextsPartial,
     combine_contexts,
@@ -113,7 +123,9 @@ def tree_reduce(items: list[Any], combine: Any, split_every: int = SPLIT_EVERY) 
     return items[0]
 
 
-def dask_exposure_stats(path: str | Path, by: By = None, scheduler: object | None = None) -> xr.Dataset:
+def dask_exposure_stats(
+    path: str | Path, by: By = None, scheduler: object | None = None, progress: Progress | None = None
+) -> xr.Dataset:
     """:func:`cmp_bayes.statistics.exposure_stats` of a Parquet-form log, as a Dask map-reduce.
 
     Parameters
@@ -125,6 +137,8 @@ def dask_exposure_stats(path: str | Path, by: By = None, scheduler: object | Non
     by : {None, "query", "group"}
     scheduler : None, str or distributed.Client
         See :func:`cmp_bayes.scale.cluster.dask_scheduler`.
+    progress : cmp_bayes.progress.Progress, optional
+        Where a bar over the tasks draws (default: nowhere); see the module docstring.
 
     Returns
     -------
@@ -177,12 +191,13 @@ def dask_exposure_stats(path: str | Path, by: By = None, scheduler: object | Non
     ]
     s_red = tree_reduce(s_map, combine_steps)
     c_red = tree_reduce(c_map, combine_contexts) if c_map else None
+    what = f"statistics{'' if by is None else ' by ' + by} ({len(step_files)} + {len(ctx_files)} parts)"
     with dask_scheduler(scheduler) as sched:
         if c_red is None:
-            (sp,) = dask.compute(s_red, scheduler=sched)
+            (sp,) = _compute([s_red], sched, progress, what)
             cp = empty_contexts()
         else:
-            sp, cp = dask.compute(s_red, c_red, scheduler=sched)
+            sp, cp = _compute([s_red, c_red], sched, progress, what)
     # the reader's order: the steps (each part's own rules, then their order across parts),
     # then the contexts; within each, the first part file that breaks a rule
     if sp.error is not None:
@@ -201,6 +216,59 @@ def dask_exposure_stats(path: str | Path, by: By = None, scheduler: object | Non
     if cp.window_error is not None:
         raise cp.window_error.error()
     return ds
+
+
+def _compute(targets: list[Any], sched: Any, progress: Progress | None, what: str) -> tuple[Any, ...]:
+    """``dask.compute(*targets)`` on ``sched``, with a bar over its tasks when ``progress`` draws."""
+    import dask
+
+    if progress is None or not progress.enabled:
+        return tuple(dask.compute(*targets, scheduler=sched))
+    from cmp_bayes.scale.cluster import _is_client
+
+    with progress.bar(what, total=None, unit="tasks") as bar:
+        if _is_client(sched):
+            return _compute_distributed(targets, sched, bar)
+        with _task_callback(bar):
+            return tuple(dask.compute(*targets, scheduler=sched))
+
+
+def _task_callback(bar: Bar) -> Any:
+    """A dask callback (a context manager) that counts a local scheduler's tasks into ``bar``."""
+    from dask.callbacks import Callback
+
+    class TaskCallback(Callback):
+        """Counts a local scheduler's tasks into a bar (runs in the scheduling thread)."""
+
+        def __init__(self, bar: Bar) -> None:
+            super().__init__()
+            self.bar = bar
+
+        def _start_state(self, dsk: Any, state: dict[str, Any]) -> None:
+            # literal inputs sit in the cache: only what waits or is ready runs
+            self.bar.update(total=len(state["ready"]) + len(state["waiting"]), completed=0)
+
+        def _posttask(self, key: Any, result: Any, dsk: Any, state: Any, worker_id: Any) -> None:
+            self.bar.advance()
+
+    return TaskCallback(bar)
+
+
+def _compute_distributed(targets: list[Any], client: Any, bar: Bar) -> tuple[Any, ...]:
+    """Compute on a ``dask.distributed`` client while the scheduler's task counts feed ``bar``."""
+    from distributed.diagnostics.progressbar import ProgressBar
+
+    class Feed(ProgressBar):
+        """``distributed``'s progress feed (all / remaining tasks), drawn on our bar."""
+
+        def _draw_bar(self, remaining: int, all: int, **kwargs: Any) -> None:  # noqa: A002 - the feed's name
+            bar.update(total=all, completed=all - remaining)
+
+    futures = client.compute(targets)
+    # the bar is a courtesy: a broken feed must not cost the result
+    with contextlib.suppress(Exception):
+        client.sync(Feed(futures, scheduler=client.scheduler.address).listen)
+    return tuple(client.gather(futures))
 
 
 def _check_step_order(sp: StepsPartial) -> None:
@@ -341,22 +409,25 @@ def _rank_stats(
     return ranked, median, best
 
 
-def fit_statistics(path: str | Path, scheduler: object | None = None) -> xr.Dataset:
+def fit_statistics(
+    path: str | Path, scheduler: object | None = None, progress: Progress | None = None
+) -> xr.Dataset:
     """The memory-level statistics ``cmp_bayes.model.fit.fit`` takes, computed with Dask.
 
     The same inputs ``fit(read_log(path))`` derives in memory
     (:func:`cmp_bayes.model.fit.memory_inputs`): ``exposure_stats(path)`` plus,
     when the log has two or more named query groups, a ``memory_group`` variable
     (:func:`cmp_bayes.statistics.groups.main_group`), and the
-    attribute ``log_path``. Two passes over the log (memory level, then by group).
+    attribute ``log_path``. Two passes over the log (memory level, then by group),
+    each with its bar when ``progress`` draws (see :func:`dask_exposure_stats`).
 
     Returns
     -------
     xarray.Dataset
         Pass it to ``fit(stats, ...)``.
     """
-    stats = dask_exposure_stats(path, scheduler=scheduler)
-    by_group = dask_exposure_stats(path, by="group", scheduler=scheduler)
+    stats = dask_exposure_stats(path, scheduler=scheduler, progress=progress)
+    by_group = dask_exposure_stats(path, by="group", scheduler=scheduler, progress=progress)
     group = main_group(by_group)
     if group is not None:
         stats["memory_group"] = ("memory", group)
