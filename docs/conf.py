@@ -31,19 +31,23 @@ DOCS = Path(__file__).resolve().parent
 ROOT = DOCS.parent
 GENERATED = DOCS / "_generated"
 
-# The package documented (and run by the notebooks' kernels) is this checkout,
-# whatever an installed cmp_bayes says: the kernels inherit PYTHONPATH.
-sys.path.insert(0, str(ROOT))
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
-)
-# As ./dev does: one BLAS thread (PyTensor's small ops slow down when BLAS
-# threads fight the sampler's chains on 2 cores), and Mem0 never phones home.
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-os.environ.setdefault("OMP_NUM_THREADS", "1")
-os.environ.setdefault("MEM0_TELEMETRY", "False")
-# Headless figures in the kernels and in autodoc imports.
-os.environ.setdefault("MPLBACKEND", "Agg")
+sys.path.insert(0, str(ROOT))  # document this checkout, whatever an installed cmp_bayes says
+
+
+def set_environment() -> None:
+    """The environment the notebooks' kernels inherit (called when Sphinx starts).
+
+    The kernels import this checkout (``PYTHONPATH``); as ./dev does, one BLAS
+    thread (PyTensor's small ops slow down when BLAS threads fight the
+    sampler's chains on 2 cores); Mem0 never phones home.
+    """
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+    )
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("MEM0_TELEMETRY", "False")
+
 
 from cmp_bayes import __version__  # noqa: E402
 
@@ -70,7 +74,6 @@ root_doc = "index"
 autosummary_generate = True
 autosummary_imported_members = True
 autodoc_typehints = "none"  # numpydoc's Parameters sections carry the types
-autodoc_default_options = {"members": False}
 numpydoc_show_class_members = False  # the class template lists members itself
 numpydoc_class_members_toctree = False
 
@@ -103,28 +106,34 @@ REPORT_SKIP = ("demo",)
 REPORT_FRAGMENTS = ("notes.md",)
 
 
-def copy_reports() -> list[Path]:
-    """Copy ``reports/`` pages into ``docs/_generated/reports``; returns the copies.
+def report_pages() -> list[Path]:
+    """The files of ``reports/`` that become part of the site (paths relative to it)."""
+    src = ROOT / "reports"
+    found = set()
+    for pattern in REPORT_GLOBS:
+        for path in src.glob(pattern):
+            rel = path.relative_to(src)
+            if rel.parts[0] not in REPORT_SKIP and rel.name not in REPORT_FRAGMENTS:
+                found.add(rel)
+    return sorted(found)
+
+
+def copy_reports(app: Any = None) -> list[Path]:
+    """Copy the results pages into ``docs/_generated/reports``; returns the copies.
 
     A copy, not an include: the pages link to each other relatively (and to
     their figures), and a copy keeps those links valid with no rewriting.
     """
-    src, dst = ROOT / "reports", GENERATED / "reports"
+    dst = GENERATED / "reports"
     shutil.rmtree(dst, ignore_errors=True)
     copied = []
-    for pattern in REPORT_GLOBS:
-        for path in sorted(src.glob(pattern)):
-            rel = path.relative_to(src)
-            if rel.parts[0] in REPORT_SKIP or rel.name in REPORT_FRAGMENTS:
-                continue
-            out = dst / rel
-            out.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, out)
-            copied.append(out)
+    for rel in report_pages():
+        out = dst / rel
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(ROOT / "reports" / rel, out)
+        copied.append(out)
     return copied
 
-
-copy_reports()
 
 #: a Markdown link into reports/ from a guide page in docs/ (``](../reports/x.md)``)
 _REPORTS_LINK = re.compile(r"\]\(\.\./reports/")
@@ -147,7 +156,7 @@ def rewrite_links(app: Any, docname: str, source: list[str]) -> None:
     rel = Path(docname).parent.relative_to("_generated")
 
     def plain(m: re.Match[str]) -> str:
-        target = (rel / m.group(2)).as_posix()
+        target = (rel / m.group(2)).as_posix() + ("/" if m.group(2).endswith("/") else "")
         return f"{m.group(1)} (`{target}` in the repository)"
 
     source[0] = _FOLDER_LINK.sub(plain, text)
@@ -206,6 +215,9 @@ class CliHelp(Directive):
 
 
 def setup(app: Any) -> dict[str, Any]:
+    set_environment()
+    # before the sources are listed, so the copies are read like any page
+    app.connect("builder-inited", copy_reports)
     app.add_directive("cmp-bayes-help", CliHelp)
     app.connect("source-read", rewrite_links)
     app.connect("autodoc-process-docstring", data_docstring)
