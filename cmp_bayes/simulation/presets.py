@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
+#: Preset name -> the :class:`SimulationConfig` fields it sets (the rest keep their
+#: defaults); the presets are described in the module docstring.
 PRESETS: dict[str, dict[str, Any]] = {
     "tiny": {},
     "locomo-like": {
