@@ -167,7 +167,9 @@ def _read_steps_jsonl(
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame | None, ReadRows]:
     s_step, s_query, s_out, s_group, s_line, s_ranked = [], [], [], [], [], []
     c_step, c_slot, c_mem, c_src, c_rank, c_prop, c_arm, c_line = [], [], [], [], [], [], [], []
-    r_step, r_rank, r_mem = [], [], []
+    r_step: list[int] = []
+    r_rank: list[int] = []
+    r_mem: list[str] = []
     any_ranking = False
     for line, obj in _iter_json_lines(file):
         step = _need(obj, "step", file, line)
