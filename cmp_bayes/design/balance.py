@@ -137,7 +137,7 @@ def repair(
     if blocked is not None:
         bad |= (m >= 0) & (blocked[tok_step] == m[:, None]).any(axis=1)
     lost: dict[int, int] = {}
-    for i in np.flatnonzero(bad):
+    for i in np.flatnonzero(bad).tolist():
         mi = int(tok_mem[i])
         if mi < 0 or ok(mi, int(tok_step[i]), i):
             continue  # fixed by an earlier swap

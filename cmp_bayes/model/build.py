@@ -175,8 +175,8 @@ def model_data(stats: xr.Dataset, config: ModelConfig, memory_group: np.ndarray 
     else:
         x, names = np.zeros((stats.sizes["memory"], 0)), []
     if memory_group is not None and config.use_groups:
-        groups, gidx = np.unique(np.asarray(memory_group, dtype=str), return_inverse=True)
-        groups = [str(g) for g in groups]
+        group_names, gidx = np.unique(np.asarray(memory_group, dtype=str), return_inverse=True)
+        groups = [str(g) for g in group_names]
     else:
         groups, gidx = [""], np.zeros(stats.sizes["memory"], dtype=np.int64)
     return ModelData(

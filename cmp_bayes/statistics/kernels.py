@@ -96,7 +96,8 @@ def in_store_sums(
     runs over the cells, each on its own contiguous slice, never over steps.
     """
     lifetimes = created is not None
-    if lifetimes:
+    if created is not None:
+        assert deleted is not None  # lifetimes come in pairs (see Parameters)
         lo = np.searchsorted(step_vals, created, side="left")
         hi = np.maximum(np.searchsorted(step_vals, deleted, side="left"), lo)  # deleted <= created: never
     if n_cells == 1:
