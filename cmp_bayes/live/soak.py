@@ -42,6 +42,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from cmp_bayes.design.scheduler import Positions
 from cmp_bayes.live.session import STATE_FILE, LiveSession
 
 JOURNAL = "journal.txt"
@@ -65,7 +66,7 @@ class AgentConfig:
     p_missing: float = 0.03
     max_delay: int = 6
     expire_after_steps: int = 15
-    positions: str = "random"
+    positions: Positions = "random"
     #: a window design (``window`` > 0): ``k - pool_slots`` slots from each step's near misses
     window: int = 0
     pool_slots: int = 0

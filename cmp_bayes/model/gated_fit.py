@@ -118,7 +118,7 @@ def gated_draws(ds: xr.Dataset, rec: GatedRecovered, gd) -> xr.Dataset:
     """``ds`` (hyperparameters over chain, draw) with the gated model's pair and memory variables."""
     c, d = ds.sizes["chain"], ds.sizes["draw"]
     n, m = gd.pair_memory.size, gd.base.memory.size
-    out = ds.assign_coords(memory=gd.base.memory.astype(object), **_pair_coords(gd))
+    out = ds.assign_coords({"memory": gd.base.memory.astype(object), **_pair_coords(gd)})
     pair_dims, mem_dims = ("chain", "draw", "pair"), ("chain", "draw", "memory")
     values = {
         "tau": rec.tau, "rho": rec.rho, "utility": (rec.rho * rec.tau).astype(np.float32),
