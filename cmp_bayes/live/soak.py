@@ -35,7 +35,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -323,7 +323,9 @@ def check_soak(path: str | Path) -> dict[str, Any]:
     }
 
 
-def _all_slots(path: Path, cancelled: list[dict[str, Any]], pending: dict[int, dict[str, Any]]):
+def _all_slots(
+    path: Path, cancelled: list[dict[str, Any]], pending: dict[int, dict[str, Any]]
+) -> Iterator[tuple[int, dict[str, Any]]]:
     for rec in _jsonl(path / "steps.jsonl"):
         for slot in rec["context"]:
             yield rec["step"], slot

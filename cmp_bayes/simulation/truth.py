@@ -37,17 +37,22 @@ Per memory (:func:`memory_truth`, from the log and its labels only):
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
 
 from cmp_bayes.errors import LogError
 from cmp_bayes.log.schema import LABEL_COLUMNS, ExposureLog, coerce
 
+if TYPE_CHECKING:  # the simulator imports this module lazily: no import cycle at run time
+    from cmp_bayes.simulation.simulator import World
+
 _CHUNK = 4096
 
 
 def pair_utilities(
-    world, ranking: np.ndarray, ctx_step: np.ndarray, ctx_mem: np.ndarray,
+    world: World, ranking: np.ndarray, ctx_step: np.ndarray, ctx_mem: np.ndarray,
     is_exp: np.ndarray, s: np.ndarray,
 ) -> pd.DataFrame:
     """The labels table of a simulation: ``required`` and ``tau(m, q)`` per pair.
