@@ -225,7 +225,8 @@ def soak(
         proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         attempts += 1
         if outside:
-            proc.stdout.readline()  # type: ignore[union-attr]  # "ready": the log is open
+            assert proc.stdout is not None  # stdout=PIPE above
+            proc.stdout.readline()  # "ready": the log is open
             try:
                 proc.wait(timeout=float(rng.uniform(0.0, 0.3)))
             except subprocess.TimeoutExpired:
