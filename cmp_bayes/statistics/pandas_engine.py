@@ -229,7 +229,7 @@ def ranking_entries(
     ``log.rankings`` must be non-empty.
     """
     r = log.rankings
-    assert r is not None  # callers check that the log has rankings (see above)
+    assert r is not None  # the precondition above: callers pass a log with rankings
     codes = encode(r["memory_id"])
     rcode = codes.lookup(positions(codes.dictionary, memory), -1)
     rstep = r["step"].to_numpy(np.int64)
