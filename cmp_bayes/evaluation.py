@@ -196,10 +196,11 @@ def evaluate(
         raise ConfigError(f"level must be 'memory' or 'pair', not {level!r}")
     if nan not in ("last", "exclude"):
         raise ConfigError(f"nan must be 'last' or 'exclude', not {nan!r}")
-    if log.labels is None:
+    labels = log.labels
+    if labels is None:
         raise LogError(log.source or "<log>", "the log has no labels.jsonl: nothing to evaluate against")
     scores = load_result(result)
-    units = _memory_units(log, scores) if level == "memory" else _pair_units(log, scores)
+    units = _memory_units(log, labels, scores) if level == "memory" else _pair_units(log, labels, scores)
     n_nan = int(units["score"].isna().sum())
     if nan == "exclude":
         units = units[units["score"].notna()]
@@ -235,9 +236,9 @@ def evaluate(
     return out
 
 
-def _memory_units(log: ExposureLog, scores: pd.DataFrame) -> pd.DataFrame:
+def _memory_units(log: ExposureLog, labels: pd.DataFrame, scores: pd.DataFrame) -> pd.DataFrame:
     memory = pd.Index(log.memory_ids().astype(str))
-    lab = log.labels.astype({"memory_id": str})
+    lab = labels.astype({"memory_id": str})
     required = lab.groupby("memory_id")["required"].any().reindex(memory, fill_value=False)
     if "query_id" in scores.columns:
         per = scores.groupby("memory_id")["score"].max()  # NaN only when every query is NaN
@@ -268,7 +269,7 @@ def _memory_units(log: ExposureLog, scores: pd.DataFrame) -> pd.DataFrame:
     return units
 
 
-def _pair_units(log: ExposureLog, scores: pd.DataFrame) -> pd.DataFrame:
+def _pair_units(log: ExposureLog, labels: pd.DataFrame, scores: pd.DataFrame) -> pd.DataFrame:
     # The units are the log's (memory, query) pairs with the memory in the store at
     # some step of the query, whatever the result holds: a per-query posterior has a
     # cell (NaN) for every pair of its grid, a per-query table one row per pair.
@@ -294,7 +295,7 @@ def _pair_units(log: ExposureLog, scores: pd.DataFrame) -> pd.DataFrame:
         from cmp_bayes.diagnostics.positivity import identification_status
 
         units["status"] = identification_status(ds).to_numpy()[mi, qi]
-    lab = log.labels.astype({"memory_id": str, "query_id": str})
+    lab = labels.astype({"memory_id": str, "query_id": str})
     req = lab.loc[lab["required"].astype(bool), ["memory_id", "query_id"]].drop_duplicates()
     key = pd.MultiIndex.from_frame(units[["memory_id", "query_id"]])
     units["required"] = key.isin(pd.MultiIndex.from_frame(req))

@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cmp_bayes.constants import MODELS_DIR, REPORTS_DIR
+
+if TYPE_CHECKING:  # imported lazily at run time: the CLI starts without the decision stack
+    from cmp_bayes.decision.decisions import Decisions
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -73,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _decision_summary(decisions) -> str:  # noqa: ANN001 - a Decisions; imported lazily
+def _decision_summary(decisions: Decisions) -> str:
     from cmp_bayes.cli.decide import summary
 
     return summary(decisions)

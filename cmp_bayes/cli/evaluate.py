@@ -33,12 +33,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Evaluate at the requested levels and print a table or one JSON object."""
     from cmp_bayes.constants import CI_PROB
-    from cmp_bayes.evaluation import evaluate, load_result
+    from cmp_bayes.evaluation import Level, evaluate, load_result
     from cmp_bayes.log.read import read_log
 
     log = read_log(args.log)
     result = load_result(args.result)
-    levels = ("memory", "pair") if args.level == "both" else (args.level,)
+    levels: tuple[Level, ...] = ("memory", "pair") if args.level == "both" else (args.level,)
     out = {
         lv: evaluate(log, result, level=lv, n_boot=args.n_boot, seed=args.seed, nan=args.nan)
         for lv in levels

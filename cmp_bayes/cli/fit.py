@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import xarray as xr
 
+    from cmp_bayes.log.schema import ExposureLog
+
 from cmp_bayes.cli.options import DataclassFlags
 from cmp_bayes.model.config import SAMPLERS, ModelConfig, SamplerConfig
 
@@ -52,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
     if args.no_progress:
         overrides["progressbar"] = False
     scfg = SamplerConfig.from_dict({**cfg.sampler.to_dict(), **overrides}, source="options")
+    data: xr.Dataset | ExposureLog  # Dask: the statistics; pandas: the log itself
     if args.engine == "dask":
         if args.by is not None:
             raise ConfigError("--by query needs the whole log in memory: use --engine pandas")

@@ -199,7 +199,7 @@ def read_json_records(file: Path, limit: int | None = None) -> list[dict]:
         if head == "[":
             records = json.loads(head + f.read())
             return records[:limit] if limit is not None else records
-        out = []
+        out: list[dict] = []
         line = head + f.readline()
         while line and (limit is None or len(out) < limit):
             if line.strip():

@@ -147,7 +147,8 @@ def _store(sample: dict, granularity: str, categories: list[int] | None, notes: 
             {"memory_id": f"{sid}/S{k}", "position": i, "session": f"S{k}", "text": "\n".join(v)}
             for i, (k, v) in enumerate(sorted(by_session.items()))
         ]
-    q_rows, ev_rows = [], []
+    q_rows: list[dict[str, str]] = []
+    ev_rows: list[dict[str, str]] = []
     for i, qa in enumerate(sample["qa"]):
         cat = int(qa["category"])
         if categories is not None and cat not in categories:

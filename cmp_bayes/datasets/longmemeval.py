@@ -152,6 +152,7 @@ def _stratified_ids(
     require_evidence: bool,
 ) -> set[str]:
     by_type: dict[str, list[str]] = {}
+    recs: Iterator[tuple[str, str, str]]
     if file.suffix == ".json":
         recs = ((r["question_id"], r["question_type"], json.dumps(r)) for r in _records(file))
     else:
@@ -189,7 +190,8 @@ def _prefixes(file: Path) -> Iterator[tuple[str, str, str]]:
 
 def _store(rec: dict, granularity: str) -> Store:
     qid = rec["question_id"]
-    mem_rows, ev_rows = [], []
+    mem_rows: list[dict[str, object]] = []
+    ev_rows: list[dict[str, str]] = []
     seen: dict[str, int] = {}
     for sid, session in zip(rec["haystack_session_ids"], rec["haystack_sessions"], strict=True):
         # A session id repeated within one haystack would collide: suffix the repeats.

@@ -196,7 +196,8 @@ def _gated(post: xr.Dataset, mix: pd.Series) -> xr.DataArray:
         raise PosteriorError("gated posterior has neither 'rho' over pair nor 'rho_memory'")
     chains, draws, _ = tau.shape
     value = np.zeros((chains, draws, len(memories)))
-    np.add.at(value, (slice(None), slice(None), idx), rho * tau.to_numpy() * w)
+    # numpy's stub types ufunc.at's index as integer arrays only; a tuple index works at run time
+    np.add.at(value, (slice(None), slice(None), idx), rho * tau.to_numpy() * w)  # type: ignore[arg-type]
     return xr.DataArray(
         value, dims=("chain", "draw", "memory"), name=WORKLOAD_VARIABLE,
         coords={"chain": tau["chain"].to_numpy(), "draw": tau["draw"].to_numpy(), "memory": memories},

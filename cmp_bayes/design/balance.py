@@ -9,6 +9,8 @@ retrieved at that step is repaired by a swap with another step's slot.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
 #: most slots examined in each direction when looking for a swap partner
@@ -137,7 +139,7 @@ def repair(
     if blocked is not None:
         bad |= (m >= 0) & (blocked[tok_step] == m[:, None]).any(axis=1)
     lost: dict[int, int] = {}
-    for i in np.flatnonzero(bad):
+    for i in np.flatnonzero(bad).tolist():
         mi = int(tok_mem[i])
         if mi < 0 or ok(mi, int(tok_step[i]), i):
             continue  # fixed by an earlier swap
@@ -158,7 +160,7 @@ def repair(
     return lost
 
 
-def _candidates(i: int, n: int, first: np.ndarray, t: int):
+def _candidates(i: int, n: int, first: np.ndarray, t: int) -> Iterator[int]:
     """Slot indices to try for a swap: later steps nearest first, then earlier ones."""
     lo, hi = int(first[t]), int(first[t + 1])
     yield from range(hi, min(n, hi + _SEARCH))

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from cmp_bayes.errors import ConfigError
+
+#: How the exposure slots are dealt (see :mod:`cmp_bayes.design.scheduler`).
+Assignment = Literal["balanced", "bernoulli", "window"]
+#: Where the exposure slots go in the context.
+Positions = Literal["end", "random"]
 
 
 @dataclass(frozen=True)
@@ -36,13 +41,13 @@ class DesignConfig:
     slots: int
     exposure_slots: int
     steps: int | None
-    assignment: str = "balanced"
+    assignment: Assignment = "balanced"
     seed: int = 0
     bernoulli_rate: float | None = None
     round_steps: int | None = None
     window: int | None = None
     pool_slots: int = 0
-    positions: str = "end"
+    positions: Positions = "end"
 
     def __post_init__(self) -> None:
         slots, k = self.slots, self.exposure_slots

@@ -259,8 +259,8 @@ class BernoulliRound:
     ) -> list[int]:
         """Draw the step's exposures (pool indices), at most ``k`` (a random ``k`` when more)."""
         alive = np.flatnonzero((self.created <= step) & (step < self.deleted))
-        draw = alive[rng.random(alive.size) < self.propensity[alive]]
-        draw = [int(i) for i in draw if eligible(int(i))]
+        drawn = alive[rng.random(alive.size) < self.propensity[alive]]
+        draw = [int(i) for i in drawn if eligible(int(i))]
         if len(draw) > k:
             self.capped += 1
             draw = sorted(rng.choice(draw, size=k, replace=False).tolist())

@@ -100,23 +100,20 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
 from cmp_bayes.constants import EXPOSURE, RETRIEVER
 from cmp_bayes.design.balance import alive_counts
 from cmp_bayes.design.batch import deal_balanced, deal_bernoulli
-from cmp_bayes.design.config import DesignConfig
+from cmp_bayes.design.config import Assignment, DesignConfig, Positions
 from cmp_bayes.design.deck import BalancedDeck, BernoulliRound
 from cmp_bayes.design.rounds import RoundBook, lay_out_round
 from cmp_bayes.design.state import restore_scheduler, scheduler_state
 from cmp_bayes.design.store import Membership
 from cmp_bayes.design.window import draw_window, place, window_members
 from cmp_bayes.errors import ConfigError
-
-Assignment = Literal["balanced", "bernoulli", "window"]
-Positions = Literal["end", "random"]
 
 
 class ExposureShortfallWarning(UserWarning):
@@ -211,9 +208,9 @@ class ExposureScheduler:
         self.config = config
         self.slots, self.exposure_slots, self.steps = config.slots, config.exposure_slots, config.steps
         self.round_steps, self.seed = config.round_steps, config.seed
-        self.assignment: Assignment = config.assignment  # type: ignore[assignment]
+        self.assignment: Assignment = config.assignment
         self.bernoulli_rate, self.window, self.pool_slots = config.bernoulli_rate, config.window, config.pool_slots
-        self.positions: Positions = config.positions  # type: ignore[assignment]
+        self.positions: Positions = config.positions
         self._k_pool = config.pool_k
 
     def _start_fixed(self, lifetimes: Mapping[str, tuple[int, int | None]]) -> None:
@@ -343,9 +340,11 @@ class ExposureScheduler:
 
     def _finish_round(self) -> None:
         plan = self._book.plan
-        for i, c in self._book.close().items():
-            for _ in range(c):
-                self._warn_lost(plan.pool[i])  # type: ignore[union-attr]
+        lost = self._book.close()
+        if plan is not None:  # lost entries come from a plan's deck only
+            for i, c in lost.items():
+                for _ in range(c):
+                    self._warn_lost(plan.pool[i])
         steps = self._book.rounds[-1]["steps"]
         if isinstance(plan, BernoulliRound) and plan.capped > 0.01 * steps:
             warnings.warn(

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -51,7 +52,7 @@ def run_mem0_agent(
         memory.add([{"role": "user", "content": _fact(i)} for i in range(cfg.memories)], infer=False, **USER)
         ready.write_text("ok\n")
     fresh = not (path / STATE_FILE).is_file()
-    design = {"round_steps": cfg.round_steps} if fresh else {}
+    design: dict[str, Any] = {"round_steps": cfg.round_steps} if fresh else {}
     cmp = CMPMemory.open(
         memory, path, filters=USER,
         slots=cfg.slots if fresh else None, exposure_slots=cfg.exposure_slots if fresh else None,

@@ -41,7 +41,7 @@ from typing import Any, Literal
 
 import pandas as pd
 
-from cmp_bayes.design.scheduler import ExposureScheduler
+from cmp_bayes.design.scheduler import Assignment, ExposureScheduler, Positions
 from cmp_bayes.errors import ConfigError
 from cmp_bayes.log.append import LogWriter
 from cmp_bayes.log.design import is_window
@@ -122,10 +122,10 @@ class LiveSession:
         memories: pd.DataFrame | Sequence[Mapping[str, Any]] | None = None,
         steps: int | None = None,
         round_steps: int | None = None,
-        assignment: str = "balanced",
+        assignment: Assignment = "balanced",
         window: int | None = None,
         pool_slots: int = 0,
-        positions: str = "end",
+        positions: Positions = "end",
         seed: int = 0,
         store: Mapping[str, Any] | None = None,
         log_ranking: RankingPolicy = "first",
@@ -138,7 +138,7 @@ class LiveSession:
         self.path = Path(path)
         self.log_ranking: RankingPolicy = log_ranking
         self._ranked: set[str] = set()
-        writer_opts = {
+        writer_opts: dict[str, Any] = {
             "fsync": fsync,
             "expire_after_steps": expire_after_steps,
             "expire_after_seconds": expire_after_seconds,
@@ -175,7 +175,7 @@ class LiveSession:
                 exposure_slots,
                 ids,
                 steps,
-                assignment,  # type: ignore[arg-type]
+                assignment,
                 seed,
                 round_steps=round_steps,
                 window=window,

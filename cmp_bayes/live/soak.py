@@ -35,13 +35,14 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
 
+from cmp_bayes.design.scheduler import Positions
 from cmp_bayes.live.session import STATE_FILE, LiveSession
 
 JOURNAL = "journal.txt"
@@ -65,7 +66,7 @@ class AgentConfig:
     p_missing: float = 0.03
     max_delay: int = 6
     expire_after_steps: int = 15
-    positions: str = "random"
+    positions: Positions = "random"
     #: a window design (``window`` > 0): ``k - pool_slots`` slots from each step's near misses
     window: int = 0
     pool_slots: int = 0
@@ -224,7 +225,8 @@ def soak(
         proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         attempts += 1
         if outside:
-            proc.stdout.readline()  # type: ignore[union-attr]  # "ready": the log is open
+            assert proc.stdout is not None  # stdout=PIPE above
+            proc.stdout.readline()  # "ready": the log is open
             try:
                 proc.wait(timeout=float(rng.uniform(0.0, 0.3)))
             except subprocess.TimeoutExpired:
@@ -322,7 +324,9 @@ def check_soak(path: str | Path) -> dict[str, Any]:
     }
 
 
-def _all_slots(path: Path, cancelled: list[dict[str, Any]], pending: dict[int, dict[str, Any]]):
+def _all_slots(
+    path: Path, cancelled: list[dict[str, Any]], pending: dict[int, dict[str, Any]]
+) -> Iterator[tuple[int, dict[str, Any]]]:
     for rec in _jsonl(path / "steps.jsonl"):
         for slot in rec["context"]:
             yield rec["step"], slot

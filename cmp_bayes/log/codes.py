@@ -77,7 +77,11 @@ def remember(values: pd.Series | pa.ChunkedArray, codes: Codes) -> None:
     if not isinstance(arr, pa.ChunkedArray):
         return
     key = id(arr)
-    _REMEMBERED[key] = (weakref.ref(arr, lambda _r, k=key: _REMEMBERED.pop(k, None)), codes)
+
+    def forget(_ref: weakref.ref[Any]) -> None:
+        _REMEMBERED.pop(key, None)
+
+    _REMEMBERED[key] = (weakref.ref(arr, forget), codes)
 
 
 def encode(values: pd.Series | pa.ChunkedArray | pa.Array) -> Codes:
@@ -134,8 +138,9 @@ def from_dictionary(col: pa.ChunkedArray, values: bool = True) -> tuple[pa.Chunk
     for chunk, k in zip(col.chunks, which, strict=True):
         idx = chunk.indices
         idx = (idx.fill_null(-1) if idx.null_count else idx).to_numpy(zero_copy_only=False)
-        if maps[k] is not None:
-            idx = np.where(idx >= 0, maps[k][np.maximum(idx, 0)], -1)
+        remap = maps[k]
+        if remap is not None:
+            idx = np.where(idx >= 0, remap[np.maximum(idx, 0)], -1)
         parts.append(idx.astype(np.int32, copy=False))
     indices = np.concatenate(parts) if len(parts) != 1 else parts[0]
     if len(dictionary) < 127:  # sources, groups: one byte a row

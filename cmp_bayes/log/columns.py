@@ -12,6 +12,7 @@ dictionary codes (:func:`cmp_bayes.log.codes.from_dictionary`).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal, overload
 
 import numpy as np
 import pandas as pd
@@ -163,7 +164,7 @@ def numeric_values(col: pa.ChunkedArray, dtype: type) -> tuple[np.ndarray, np.nd
     if col.type != target:
         col = col.cast(target)
     n = len(col)
-    values = np.empty(n, dtype=dtype)
+    values: np.ndarray = np.empty(n, dtype=dtype)
     mask = np.zeros(n, dtype=bool) if col.null_count else None
     size = np.dtype(dtype).itemsize
     pos = 0
@@ -197,7 +198,9 @@ def string_values(col: pa.ChunkedArray | None, n: int) -> tuple[pd.api.extension
     if col is None or pat.is_null(col.type):
         col = pa.chunked_array([pa.nulls(n, pa.large_string())])
     elif pat.is_dictionary(col.type) and is_text(col.type.value_type):
-        col, codes = from_dictionary(col)
+        decoded, codes = from_dictionary(col)
+        assert decoded is not None  # from_dictionary returns the values unless told not to
+        col = decoded
     elif not pat.is_large_string(col.type):
         col = col.cast(pa.large_string())
     if col.num_chunks == 0:
@@ -247,6 +250,14 @@ def steps_frame(table: pa.Table) -> pd.DataFrame:
     )
 
 
+@overload
+def contexts_frame(
+    cols: dict[str, pa.ChunkedArray], step: np.ndarray, runs: validate.StepRuns, strings: Literal[True] = True
+) -> tuple[pd.DataFrame, Codes | None, Codes | None]: ...
+@overload
+def contexts_frame(
+    cols: dict[str, pa.ChunkedArray], step: np.ndarray, runs: validate.StepRuns, strings: Literal[False]
+) -> tuple[pd.DataFrame, Codes, Codes]: ...
 def contexts_frame(
     cols: dict[str, pa.ChunkedArray], step: np.ndarray, runs: validate.StepRuns, strings: bool = True
 ) -> tuple[pd.DataFrame, Codes | None, Codes | None]:

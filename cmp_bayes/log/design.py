@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 import pyarrow as pa
@@ -70,7 +70,7 @@ class Round:
         return self.start + self.steps
 
 
-def is_window(design: dict[str, Any] | None) -> bool:
+def is_window(design: dict[str, Any] | None) -> TypeGuard[dict[str, Any]]:
     """Whether a (checked) design is a window design (``assignment: "window"``)."""
     return design is not None and design.get("assignment") == "window"
 

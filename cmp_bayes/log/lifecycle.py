@@ -15,7 +15,7 @@ import math
 import numbers
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import pandas as pd
 
@@ -174,5 +174,6 @@ def _missing(v: Any) -> bool:
     return v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v))
 
 
-def _is_int(v: Any) -> bool:
+def _is_int(v: Any) -> TypeGuard[int]:
+    # numpy integers pass too (JSON never yields them, frames do); they compare as int does
     return isinstance(v, numbers.Integral) and not isinstance(v, bool)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -93,7 +94,7 @@ def read_log(path: str | Path) -> ExposureLog:
 # --------------------------------------------------------------------------- JSONL
 
 
-def _iter_json_lines(file: Path):
+def _iter_json_lines(file: Path) -> Iterator[tuple[int, Any]]:
     """Yield (line_number, object) for each line; handles blank and torn lines."""
     with file.open("rb") as fh:
         data = fh.read()
@@ -167,7 +168,9 @@ def _read_steps_jsonl(
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame | None, ReadRows]:
     s_step, s_query, s_out, s_group, s_line, s_ranked = [], [], [], [], [], []
     c_step, c_slot, c_mem, c_src, c_rank, c_prop, c_arm, c_line = [], [], [], [], [], [], [], []
-    r_step, r_rank, r_mem = [], [], []
+    r_step: list[int] = []
+    r_rank: list[int] = []
+    r_mem: list[str] = []
     any_ranking = False
     for line, obj in _iter_json_lines(file):
         step = _need(obj, "step", file, line)
@@ -297,7 +300,9 @@ def _label_record(obj: dict, file: Path, line: int) -> dict[str, Any]:
     return {"query_id": qid, "memory_id": mid, "required": req, "utility": util}
 
 
-def _read_jsonl_table(file: Path, record, columns: dict[str, str]) -> pd.DataFrame | None:
+def _read_jsonl_table(
+    file: Path, record: Callable[[dict, Path, int], dict[str, Any]], columns: dict[str, str]
+) -> pd.DataFrame | None:
     if not file.is_file():
         return None
     rows, lines = [], []

@@ -9,7 +9,7 @@ Parquet part file and row, and field.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import pandas as pd
@@ -57,6 +57,7 @@ class Rows:
     def reordered(self, order: np.ndarray) -> Rows:
         """The same rows after ``table.take(order)``."""
         if self.kind == "line":
+            assert self.loc is not None  # a "line" Rows always has loc (see lines())
             return Rows(self.files, "line", loc=self.loc[order])
         base = order if self.order is None else self.order[order]
         return Rows(self.files, "row", starts=self.starts, order=base)
@@ -64,7 +65,9 @@ class Rows:
     def where(self, i: int) -> tuple[str, int]:
         """(file, line) or (part file, 0-based row in it) of row ``i``."""
         if self.kind == "line":
+            assert self.loc is not None  # a "line" Rows always has loc (see lines())
             return self.files[0], int(self.loc[i])
+        assert self.starts is not None  # a "row" Rows always has starts (see parts())
         g = int(self.order[i]) if self.order is not None else int(i)
         f = int(np.searchsorted(self.starts, g, side="right")) - 1
         return self.files[f], g - int(self.starts[f])
@@ -72,7 +75,7 @@ class Rows:
 
 def fail_row(
     frame: pd.DataFrame, i: int, rows: Rows, field: str, message: str, codes: dict[str, Codes] | None = None
-) -> None:
+) -> NoReturn:
     """Raise the LogError for row ``i`` of ``frame``.
 
     ``{column}`` in ``field`` / ``message`` is that row's value; the columns in

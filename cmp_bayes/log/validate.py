@@ -16,7 +16,7 @@ after.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import pandas as pd
@@ -205,7 +205,7 @@ def check_contexts(
     def fail(mask: np.ndarray, field: str, message: str) -> None:
         fail_at(contexts, mask, rows, field, message, ids)
 
-    def fail_first(i: int, field: str, message: str) -> None:
+    def fail_first(i: int, field: str, message: str) -> NoReturn:
         fail_row(contexts, i, rows, field, message, ids)
 
     # each check: a cheap whole-column test first; the row mask only when it fails

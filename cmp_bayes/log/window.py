@@ -67,7 +67,8 @@ class Store:
     def sizes(self, steps: np.ndarray) -> np.ndarray:
         """How many memories are in the store at each step, shape (len(steps),) int64."""
         steps = np.asarray(steps, dtype=np.int64)
-        if self.memory is None:
+        # the three are None together (see of()); naming all three lets the checker see it
+        if self.memory is None or self.created is None or self.deleted is None:
             return np.full(len(steps), self.named, dtype=np.int64)
         deleted = np.maximum(self.deleted, self.created)  # an empty lifetime never counts
         return (np.searchsorted(np.sort(self.created), steps, side="right")
@@ -75,7 +76,7 @@ class Store:
 
     def holds(self, steps: np.ndarray, ids: pa.Array) -> np.ndarray:
         """Whether memory ``ids[i]`` is in the store at ``steps[i]``, shape (len(ids),) bool."""
-        if self.memory is None:
+        if self.memory is None or self.created is None or self.deleted is None:
             return np.ones(len(ids), dtype=bool)
         pos = pc.index_in(ids, value_set=self.memory).fill_null(-1).to_numpy(zero_copy_only=False)
         known = pos >= 0

@@ -30,6 +30,7 @@ import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
 import xarray as xr
+from pytensor.tensor.variable import TensorVariable
 
 from cmp_bayes.errors import ConfigError
 from cmp_bayes.model.config import ModelConfig
@@ -175,8 +176,8 @@ def model_data(stats: xr.Dataset, config: ModelConfig, memory_group: np.ndarray 
     else:
         x, names = np.zeros((stats.sizes["memory"], 0)), []
     if memory_group is not None and config.use_groups:
-        groups, gidx = np.unique(np.asarray(memory_group, dtype=str), return_inverse=True)
-        groups = [str(g) for g in groups]
+        group_names, gidx = np.unique(np.asarray(memory_group, dtype=str), return_inverse=True)
+        groups = [str(g) for g in group_names]
     else:
         groups, gidx = [""], np.zeros(stats.sizes["memory"], dtype=np.int64)
     return ModelData(
@@ -224,7 +225,9 @@ def hyper_shapes(data: ModelData) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def _normal_logpmf(points: np.ndarray, log_widths: np.ndarray, mask: np.ndarray, mu, sd):
+def _normal_logpmf(
+    points: np.ndarray, log_widths: np.ndarray, mask: np.ndarray, mu: TensorVariable | float, sd: TensorVariable
+) -> TensorVariable:
     """Log pmf on the grid of a Normal(mu, sd) density restricted to ``mask`` (cells)."""
     z = (points - mu) / sd
     logd = -0.5 * z**2 + log_widths
@@ -280,7 +283,7 @@ def prior_terms(h: dict, data: ModelData, rows: np.ndarray | None = None) -> dic
     }
 
 
-def _betaln(a, b):
+def _betaln(a: TensorVariable, b: TensorVariable) -> TensorVariable:
     return pt.gammaln(a) + pt.gammaln(b) - pt.gammaln(a + b)
 
 

@@ -37,6 +37,7 @@ import pymc as pm
 import pytensor.tensor as pt
 import xarray as xr
 from pytensor.gradient import disconnected_grad
+from pytensor.tensor.variable import TensorVariable
 
 from cmp_bayes.model.build import ModelData, build_model, hyper_shapes, model_data, prior_terms
 from cmp_bayes.model.config import ModelConfig
@@ -188,7 +189,7 @@ def gated_hyper_shapes(gd: GatedData) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def delta_prior(h: dict, base: ModelData):
+def delta_prior(h: dict[str, TensorVariable], base: ModelData) -> tuple[TensorVariable, TensorVariable]:
     """Pmf of delta on the grid, shape (G,), and the null component's pmf, shape (G,) (symbolic).
 
     delta (the effect when relevant) is the mixture's "helps" and "hurts"

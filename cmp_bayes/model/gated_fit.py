@@ -13,6 +13,7 @@ Groups: ``posterior`` and ``prior`` (hyperparameters; per pair ``tau``, ``rho``,
 from __future__ import annotations
 
 import warnings
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -20,6 +21,9 @@ import xarray as xr
 
 from cmp_bayes.model.config import ModelConfig, SamplerConfig
 from cmp_bayes.model.gated_recover import GatedRecovered
+
+if TYPE_CHECKING:
+    from cmp_bayes.model.gated import GatedData
 
 #: Per-pair variables of the gated posterior.
 PAIR_VARS: tuple[str, ...] = ("tau", "rho", "utility", "p_relevant")
@@ -106,7 +110,7 @@ def fit_gated(
     return tree
 
 
-def _pair_coords(gd) -> dict[str, tuple[str, np.ndarray]]:
+def _pair_coords(gd: GatedData) -> dict[str, tuple[str, np.ndarray]]:
     p = gd.pairs
     return {
         "memory_id": ("pair", np.asarray(p["memory_id"].values).astype(str).astype(object)),
@@ -114,11 +118,11 @@ def _pair_coords(gd) -> dict[str, tuple[str, np.ndarray]]:
     }
 
 
-def gated_draws(ds: xr.Dataset, rec: GatedRecovered, gd) -> xr.Dataset:
+def gated_draws(ds: xr.Dataset, rec: GatedRecovered, gd: GatedData) -> xr.Dataset:
     """``ds`` (hyperparameters over chain, draw) with the gated model's pair and memory variables."""
     c, d = ds.sizes["chain"], ds.sizes["draw"]
     n, m = gd.pair_memory.size, gd.base.memory.size
-    out = ds.assign_coords(memory=gd.base.memory.astype(object), **_pair_coords(gd))
+    out = ds.assign_coords({"memory": gd.base.memory.astype(object), **_pair_coords(gd)})
     pair_dims, mem_dims = ("chain", "draw", "pair"), ("chain", "draw", "memory")
     values = {
         "tau": rec.tau, "rho": rec.rho, "utility": (rec.rho * rec.tau).astype(np.float32),
@@ -138,7 +142,7 @@ def gated_draws(ds: xr.Dataset, rec: GatedRecovered, gd) -> xr.Dataset:
     return out
 
 
-def _observed(gd) -> xr.Dataset:
+def _observed(gd: GatedData) -> xr.Dataset:
     """Per pair: the pool arm's counts, the window arm's, and the combined arms the likelihood used."""
     p = gd.pairs
     names = (
@@ -163,7 +167,7 @@ def _observed(gd) -> xr.Dataset:
     return ds
 
 
-def pair_identification(gd) -> xr.Dataset:
+def pair_identification(gd: GatedData) -> xr.Dataset:
     """Identification status per pair, from the design: a randomized exposure (pool, or window
     with pi_t < 1) of the pair makes it identified; else retrieved only, else unidentified."""
     from cmp_bayes.constants import IDENTIFIED, RETRIEVED_ONLY, UNIDENTIFIED

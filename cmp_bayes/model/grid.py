@@ -17,6 +17,7 @@ bound itself (docs/model.md, "Why the posterior mean ranked below Hajek").
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal, overload
 
 import numpy as np
 import xarray as xr
@@ -148,6 +149,16 @@ def _fractional_feasible(points: np.ndarray, mean0: np.ndarray, sd0: np.ndarray)
     return np.maximum(special.ndtr(hi) - special.ndtr(lo), 0.0)
 
 
+@overload
+def log_likelihood(
+    arms: dict[str, np.ndarray], grid: TauGrid, outcome_kind: str, baseline_nodes: int,
+    chunk: int = 2048, bound: str = "clip", return_offset: Literal[False] = False,
+) -> np.ndarray: ...
+@overload
+def log_likelihood(
+    arms: dict[str, np.ndarray], grid: TauGrid, outcome_kind: str, baseline_nodes: int,
+    chunk: int = 2048, bound: str = "clip", *, return_offset: Literal[True],
+) -> tuple[np.ndarray, np.ndarray]: ...
 def log_likelihood(
     arms: dict[str, np.ndarray], grid: TauGrid, outcome_kind: str, baseline_nodes: int,
     chunk: int = 2048, bound: str = "clip", return_offset: bool = False,

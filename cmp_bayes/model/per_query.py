@@ -127,9 +127,10 @@ def recover_pairs(
     # store (LoCoMo conv-42: 163,540 pairs, about 3,800 exposed) that is most pairs.
     if pair_ll is None:
         lik_pairs = np.zeros(0, dtype=np.int64)
+        lik = np.zeros((0, g))
     else:
         lik_pairs = np.flatnonzero(np.any(pair_ll != 0, axis=2)[mi, qi])
-    lik = np.exp(pair_ll[mi[lik_pairs], qi[lik_pairs]]) if lik_pairs.size else np.zeros((0, g))
+        lik = np.exp(pair_ll[mi[lik_pairs], qi[lik_pairs]]) if lik_pairs.size else np.zeros((0, g))
     lik_rows = np.arange(lik_pairs.size)
     kernel_scratch = np.empty(kernel.size)
     fn = compile_prior_terms(data)

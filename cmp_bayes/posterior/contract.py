@@ -82,7 +82,9 @@ GATED_DIMS: dict[str, tuple[str, ...]] = {
 PAIR_IDENTIFICATION: str = "pair_identification"
 
 
-def is_gated(attrs: Mapping[str, Any]) -> bool:
+# Root attributes are typed Mapping[Any, Any]: xarray types attrs dict[Hashable, Any], and
+# Mapping's key type is invariant, so Mapping[str, Any] would refuse a DataTree's own attrs.
+def is_gated(attrs: Mapping[Any, Any]) -> bool:
     """Whether a posterior's root attributes say it is the gated pair model's."""
     return str(attrs.get(PAIR_MODEL_ATTR, "")) == PAIR_GATED
 
@@ -145,7 +147,7 @@ FIT_ATTEMPT_KEYS: tuple[str, ...] = (
 )
 
 
-def fit_attempts(attrs: Mapping[str, Any], where: str = "posterior") -> list[dict[str, Any]]:
+def fit_attempts(attrs: Mapping[Any, Any], where: str = "posterior") -> list[dict[str, Any]]:
     """The fit attempts recorded in a posterior's root attributes ([] when not recorded).
 
     Parameters

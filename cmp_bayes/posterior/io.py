@@ -75,8 +75,7 @@ def save_posterior(
         raise PosteriorError(f"thin must be >= 1, got {thin}")
     check_posterior(dt, str(path))
     groups: dict[str, xr.Dataset] = {}
-    for node in dt.children.values():
-        name = node.name
+    for name, node in dt.children.items():  # a child's key is its name (node.name is str | None)
         if name in drop:
             continue
         ds = node.to_dataset()

@@ -104,7 +104,7 @@ def memory_texts(dt: xr.DataTree) -> pd.Series | None:
     return text if text.notna().any() else None
 
 
-def provenance(attrs: Mapping[str, Any]) -> dict[str, Any]:
+def provenance(attrs: Mapping[Any, Any]) -> dict[str, Any]:  # Any keys: xarray's attrs (see is_gated)
     """Where a posterior's data came from: ``log_checksum``, ``log_id``, ``store``.
 
     Parameters

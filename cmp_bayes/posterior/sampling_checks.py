@@ -112,10 +112,11 @@ def estimand_depends_on(name: str, estimand: str | None) -> bool:
     ValueError
         An estimand other than None and the keys of :data:`ESTIMAND_DEPENDS_ON`.
     """
-    if check_estimand(estimand) is None:
+    checked = check_estimand(estimand)
+    if checked is None:
         return True
     family = hyperparameter_family(name)
-    return family is None or family in ESTIMAND_DEPENDS_ON[estimand]
+    return family is None or family in ESTIMAND_DEPENDS_ON[checked]
 
 
 def estimand_hyperparameters(names: list[str], estimand: str | None) -> list[str]:

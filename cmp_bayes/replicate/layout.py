@@ -45,7 +45,7 @@ import math
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -330,12 +330,14 @@ def _assemble(
     return ExposureLog(steps, contexts, rankings, memories, design, labels)
 
 
-def write_and_check(log: ExposureLog, path: str | Path, format: str = "jsonl") -> ExposureLog:
+def write_and_check(
+    log: ExposureLog, path: str | Path, format: Literal["jsonl", "parquet"] = "jsonl"
+) -> ExposureLog:
     """Write the log with ``write_log`` and read it back with ``read_log`` (validates it)."""
     from cmp_bayes.log.export import write_log
     from cmp_bayes.log.read import read_log
 
-    out = write_log(log, path, format=format)  # type: ignore[arg-type]
+    out = write_log(log, path, format=format)
     back = read_log(out)
     back.attrs.update(log.attrs)
     return back

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 import numpy as np
 import pandas as pd
@@ -84,16 +84,24 @@ def empty_contexts(error: PartError | None = None) -> ContextsPartial:
     )
 
 
+@overload
+def steps_in_range(
+    steps: list[Part], lo: int, hi: int, by: By, ranking: Literal[False] = False
+) -> tuple[np.ndarray, np.ndarray, pa.Array, np.ndarray]: ...
+@overload
+def steps_in_range(
+    steps: list[Part], lo: int, hi: int, by: By, ranking: Literal[True]
+) -> tuple[np.ndarray, np.ndarray, pa.Array, np.ndarray, pd.DataFrame]: ...
 def steps_in_range(
     steps: list[Part], lo: int, hi: int, by: By, ranking: bool = False
-) -> tuple[np.ndarray, np.ndarray, pa.Array, np.ndarray] | tuple[np.ndarray, np.ndarray, pa.Array, np.ndarray, Any]:
+) -> tuple[np.ndarray, np.ndarray, pa.Array, np.ndarray] | tuple[np.ndarray, np.ndarray, pa.Array, np.ndarray, pd.DataFrame]:
     """Step, outcome, cell names and cell code of every step in [lo, hi], sorted by step; with
     ``ranking``, also the rankings of those steps in long form (a DataFrame, ``RANKING_COLUMNS``)."""
     cols = ["step", "outcome"] + (["query_id"] if by == "query" else ["group"] if by == "group" else [])
     cols += ["ranking"] if ranking else []
     tables = []
     for p in steps:
-        if p.lo is not None and (p.hi < lo or p.lo > hi):
+        if p.lo is not None and p.hi is not None and (p.hi < lo or p.lo > hi):  # set together
             continue
         names = pq.ParquetFile(p.file).schema_arrow.names
         tables.append(read_part(p.file, [c for c in cols if c in names], filters=[("step", ">=", lo), ("step", "<=", hi)]))
@@ -157,8 +165,8 @@ def _contexts_partial(
     check_columns(table, rows, CONTEXT_SPEC)
     step = int64_values(table["step"])
     lo, hi = int(step.min()), int(step.max())
-    window = is_window(design)
-    if window:
+    window = design if is_window(design) else None
+    if window is not None:
         sv, y_of, cell_names, cell_of, rankings = steps_in_range(steps, lo, hi, by, ranking=True)
     else:
         sv, y_of, cell_names, cell_of = steps_in_range(steps, lo, hi, by)
@@ -173,12 +181,12 @@ def _contexts_partial(
     stored = None if life is None else _check_lifetimes(frame, rows, life, mem, src, step)
     arm = encode(frame["arm"])
     window_error = None
-    if window:
+    if window is not None:
         # W_t from this part's slots and its steps' rankings (a step whose slots straddle two
         # part files is checked per part, as the other per-step rules are)
         store = Store(life.memory, life.created, life.deleted) if life is not None else Store(None, None, None)
         table = window_table(
-            design, step, mem.dictionary.take(pa.array(mem.indices)), filled_before_window(frame, src, arm),
+            window, step, mem.dictionary.take(pa.array(mem.indices)), filled_before_window(frame, src, arm),
             rankings["step"].to_numpy(np.int64), rankings["rank"].to_numpy(np.int64),
             arrow_strings(rankings["memory_id"]), store,
         )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import numbers
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 
 from cmp_bayes.errors import ConfigError
 
@@ -164,6 +164,7 @@ class SimulationConfig:
         return cls.from_dict({**PRESETS[name], **overrides})
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
+    # numpy integers pass too; they compare and count as int does
     # bool is an int subclass; a flag or JSON true must not pass as a window of 1
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)

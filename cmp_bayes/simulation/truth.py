@@ -37,17 +37,41 @@ Per memory (:func:`memory_truth`, from the log and its labels only):
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Protocol
+
 import numpy as np
 import pandas as pd
 
 from cmp_bayes.errors import LogError
 from cmp_bayes.log.schema import LABEL_COLUMNS, ExposureLog, coerce
 
+if TYPE_CHECKING:
+    from cmp_bayes.simulation.config import SimulationConfig
+    from cmp_bayes.simulation.reader import SimulatedReader
+    from cmp_bayes.simulation.retriever import Retriever
+
+
+class WorldView(Protocol):
+    """What :func:`pair_utilities` reads of the simulator's ``World`` (a Protocol: the
+    simulator imports this module, so this one cannot import it back)."""
+
+    config: SimulationConfig
+    memory_ids: np.ndarray
+    query_ids: np.ndarray
+    required: np.ndarray
+    reader: SimulatedReader
+    retriever: Retriever
+    util: np.ndarray
+    col: np.ndarray
+    created: np.ndarray
+    deleted: np.ndarray
+    step_query: np.ndarray
+
 _CHUNK = 4096
 
 
 def pair_utilities(
-    world, ranking: np.ndarray, ctx_step: np.ndarray, ctx_mem: np.ndarray,
+    world: WorldView, ranking: np.ndarray, ctx_step: np.ndarray, ctx_mem: np.ndarray,
     is_exp: np.ndarray, s: np.ndarray,
 ) -> pd.DataFrame:
     """The labels table of a simulation: ``required`` and ``tau(m, q)`` per pair.

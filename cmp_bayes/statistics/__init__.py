@@ -115,12 +115,12 @@ def exposure_stats(
     """
     if by not in (None, "query", "group", "pair"):
         raise ConfigError(f"exposure_stats: by must be None, 'query', 'group' or 'pair', not {by!r}")
-    if by == "pair" and engine == "dask":
-        raise ConfigError(
-            "exposure_stats: by='pair' (sparse pair statistics) is not implemented for engine='dask'; "
-            "use engine='pandas' (read_log(path) holds the log in memory)"
-        )
     if engine == "dask":
+        if by == "pair":
+            raise ConfigError(
+                "exposure_stats: by='pair' (sparse pair statistics) is not implemented for engine='dask'; "
+                "use engine='pandas' (read_log(path) holds the log in memory)"
+            )
         if not isinstance(log, str | Path):
             raise ConfigError(
                 "exposure_stats: engine='dask' reads the log from disk; pass the path of a "

@@ -108,6 +108,7 @@ def assemble_dataset(
         dims: tuple[str, ...] = ("memory",)
         data = {k: v[:, 0] for k, v in data.items()}
     else:
+        assert by is not None  # cells come with the name of their dimension
         dims = ("memory", by)
     prop = pool_lookup(pool, arrow_strings(memory)) if len(memory) else np.zeros(0)
     in_pool = ~np.isnan(prop)

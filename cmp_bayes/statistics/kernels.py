@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cmp_bayes.constants import EXPOSURE, RETRIEVER
-from cmp_bayes.log.codes import arrow_column
+from cmp_bayes.log.codes import Codes, arrow_column
 from cmp_bayes.log.validate import WINDOW_ARM, StepRuns
 
 #: the second dimension of the statistics: none, queries or query groups
@@ -96,7 +96,8 @@ def in_store_sums(
     runs over the cells, each on its own contiguous slice, never over steps.
     """
     lifetimes = created is not None
-    if lifetimes:
+    if created is not None:
+        assert deleted is not None  # lifetimes come in pairs (see Parameters)
         lo = np.searchsorted(step_vals, created, side="left")
         hi = np.maximum(np.searchsorted(step_vals, deleted, side="left"), lo)  # deleted <= created: never
     if n_cells == 1:
@@ -156,7 +157,7 @@ def row_outcomes(
     return [a[pos] for a in per_step]
 
 
-def source_arm(source) -> np.ndarray:
+def source_arm(source: Codes) -> np.ndarray:
     """Each row's arm from its source codes (:class:`cmp_bayes.log.codes.Codes`):
     0 retriever, 1 exposure, 2 anything else (counted in no arm), int8."""
     table = np.full(len(source.dictionary), 2, dtype=np.int8)
@@ -167,7 +168,7 @@ def source_arm(source) -> np.ndarray:
     return source.lookup(table, 2)
 
 
-def slot_arm(source, arm=None) -> np.ndarray:
+def slot_arm(source: Codes, arm: Codes | None = None) -> np.ndarray:
     """:func:`source_arm`, with window slots (``arm: "window"``, codes ``arm``) counted in no
     arm: they are in the context (so not control) but not in the memory's ``exposed`` arm,
     whose contrast is the pool arm's (a window slot's propensity is its step's, not the pool's)."""

@@ -25,6 +25,7 @@ whole sums without lifetimes), ranks go through the same grouped median.
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import xarray as xr
 
@@ -137,7 +138,7 @@ def pandas_pair_stats(log: ExposureLog) -> xr.Dataset:
 
 
 def _window_exposed(
-    ctx, ctx_step: np.ndarray, step_vals: np.ndarray, row_m: np.ndarray,
+    ctx: pd.DataFrame, ctx_step: np.ndarray, step_vals: np.ndarray, row_m: np.ndarray,
     w_pos: np.ndarray, w_m: np.ndarray, n_memory: int,
 ) -> np.ndarray:
     """Whether each window membership ``(w_pos, w_m)`` was exposed: its memory is in a window

@@ -19,6 +19,8 @@ as the sum of squares (equal bit for bit).
 
 from __future__ import annotations
 
+from typing import Literal, overload
+
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -188,6 +190,10 @@ def _memory_index(log: ExposureLog, context_ids: pa.Array) -> pa.Array | None:
 # --------------------------------------------------------------------------- cells and rankings
 
 
+@overload
+def _cells(log: ExposureLog, by: Literal["query", "group"]) -> tuple[pd.Index, np.ndarray]: ...
+@overload
+def _cells(log: ExposureLog, by: By) -> tuple[pd.Index | None, np.ndarray]: ...
 def _cells(log: ExposureLog, by: By) -> tuple[pd.Index | None, np.ndarray]:
     """The cell index (queries or groups; None without ``by``) and each step's cell code."""
     steps = log.steps
@@ -223,6 +229,7 @@ def ranking_entries(
     ``log.rankings`` must be non-empty.
     """
     r = log.rankings
+    assert r is not None  # the precondition above: callers pass a log with rankings
     codes = encode(r["memory_id"])
     rcode = codes.lookup(positions(codes.dictionary, memory), -1)
     rstep = r["step"].to_numpy(np.int64)

@@ -93,15 +93,16 @@ def gated_tree(
     tau = np.where(z, delta.to_numpy()[..., p_mem], 0.0)
     # P(useful to at least one query) per draw: 1 - prod over the memory's pairs (1 - p)
     none = np.ones((chains, draws, len(ids)))
-    np.multiply.at(none, (slice(None), slice(None), p_mem), 1.0 - p_rel)
+    # numpy's stub types ufunc.at's index as integer arrays only; a tuple index works at run time
+    np.multiply.at(none, (slice(None), slice(None), p_mem), 1.0 - p_rel)  # type: ignore[arg-type]
     weights = query_steps.astype(np.float64) / float(query_steps.sum())
     w_pair = weights.reindex(p_q).fillna(0.0).to_numpy(np.float64)
     tau_memory = np.zeros((chains, draws, len(ids)))
-    np.add.at(tau_memory, (slice(None), slice(None), p_mem), tau * w_pair)
+    np.add.at(tau_memory, (slice(None), slice(None), p_mem), tau * w_pair)  # type: ignore[arg-type]
     rho_memory = post["rho"].transpose("chain", "draw", "memory").to_numpy()
 
     dims_m, dims_p = ("chain", "draw", "memory"), ("chain", "draw", "pair")
-    hyper = {k: v for k, v in post.data_vars.items() if k not in ("rho", "tau", "utility")}
+    hyper = {str(k): v for k, v in post.data_vars.items() if k not in ("rho", "tau", "utility")}
     data: dict[str, object] = dict(hyper)
     data.update(
         tau=(dims_p, tau),
@@ -128,7 +129,7 @@ def gated_tree(
     }
     if "effect_kind" in post.coords:
         coords["effect_kind"] = post["effect_kind"].to_numpy()
-    posterior = xr.Dataset(data, coords=coords)  # type: ignore[arg-type]
+    posterior = xr.Dataset(data, coords=coords)
     observed = base["observed_data"].to_dataset()
     observed["query_steps"] = xr.DataArray(
         query_steps.to_numpy(np.int64), dims=("query",),

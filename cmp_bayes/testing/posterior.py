@@ -176,10 +176,10 @@ def synthetic_posterior(
     m, half = len(mem), draws // 2
     n_prior = draws if prior_draws is None else int(prior_draws)
     ids = np.asarray(mem["memory_id"], dtype=str).astype(object)
-    base = np.empty((half, m))
+    half_tau = np.empty((half, m))
     for j, p in enumerate(mem["p_useful"].to_numpy(dtype="float64")):
-        base[:, j] = tau_draws(p, (half,), rng, threshold)
-    tau = _balanced(base, chains, rng)
+        half_tau[:, j] = tau_draws(p, (half,), rng, threshold)
+    tau = _balanced(half_tau, chains, rng)
     rho_mean = np.clip(mem["rho_mean"].to_numpy(dtype="float64"), 1e-4, 0.99)
     conc = RHO_CONCENTRATION
     rho = _balanced(rng.beta(rho_mean * conc, (1 - rho_mean) * conc, size=(half, m)), chains, rng)
