@@ -22,7 +22,7 @@ so a redirected stderr holds warnings and errors alone.
 from __future__ import annotations
 
 import argparse
-import importlib
+import importlib.util
 import logging
 import os
 import sys

@@ -63,7 +63,8 @@ def field_docs(cls: type) -> dict[str, FieldDoc]:
             indent = len(lines[i]) - len(lines[i].lstrip())
             i += 2
             names: list[str] = []
-            spec, text = "", []
+            spec = ""
+            text: list[str] = []
             while i < len(lines):
                 line = lines[i]
                 stripped = line.strip()
@@ -124,9 +125,9 @@ def _resolve(hint: Any) -> tuple[str, type, tuple[Any, ...] | None]:
         values = typing.get_args(hint)
         return "scalar", type(values[0]), tuple(values)
     if origin is tuple:
-        args = typing.get_args(hint)
-        if args and all(a is args[0] for a in args) and args[0] in (int, float):
-            return f"tuple{len(args)}", args[0], None
+        items = typing.get_args(hint)
+        if items and all(a is items[0] for a in items) and items[0] in (int, float):
+            return f"tuple{len(items)}", items[0], None
     if hint is bool:
         return "bool", bool, None
     if hint in (int, float, str):

@@ -132,8 +132,8 @@ def run(args: argparse.Namespace) -> int:
 
         if any(b < 1 for b in args.slots):
             raise ConfigError("--slots must be positive integers")
-        result = measure_positivity(dataset, retriever, sorted(set(args.slots)), progress=progress)
-        text_out, json_out = result.to_text(), result.to_json()
+        positivity = measure_positivity(dataset, retriever, sorted(set(args.slots)), progress=progress)
+        text_out, json_out = positivity.to_text(), positivity.to_json()
     else:
         from dataclasses import replace
 

@@ -13,7 +13,7 @@ import dataclasses
 import datetime as dt
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import xarray as xr
@@ -21,6 +21,9 @@ import xarray as xr
 from cmp_bayes.errors import ConfigError
 from cmp_bayes.log.schema import ExposureLog
 from cmp_bayes.model.config import ModelConfig, SamplerConfig
+
+if TYPE_CHECKING:  # PyMC/PyTensor load only when a fit runs
+    from cmp_bayes.model.build import ModelData
 
 #: Per-memory posterior variables of the contract.
 MEMORY_VARS: tuple[str, ...] = ("rho", "tau", "utility")
@@ -245,6 +248,7 @@ def fit_stats(
         from cmp_bayes.model.grid import arm_arrays
         from cmp_bayes.model.per_query import recover_pairs
 
+        assert kernel is not None  # set above whenever pair_stats is given
         ps = pair_stats.transpose("memory", "query")
         query = xr.DataArray(np.asarray(ps["query"].values).astype(object), dims="query")
         ptau, prho = recover_pairs(data, flat, rec.tau, pair_ll, ps, kernel, rng)
@@ -282,7 +286,7 @@ def fit_stats(
     return tree
 
 
-def log_likelihood_group(log_lik: np.ndarray, post: xr.Dataset, data) -> xr.Dataset:
+def log_likelihood_group(log_lik: np.ndarray, post: xr.Dataset, data: ModelData) -> xr.Dataset:
     """The ``log_likelihood`` group: ``tau_obs`` over (chain, draw, memory), exposed memories only.
 
     ``log_lik`` (S, Mi) is :attr:`cmp_bayes.model.recover.Recovered.log_lik`, in
@@ -337,7 +341,7 @@ def _add_pair_vars(ds: xr.Dataset, tau: np.ndarray, rho: np.ndarray, query: xr.D
 
 
 def observed_data(
-    data, memory: xr.DataArray, pair_stats: xr.Dataset | None = None, query: xr.DataArray | None = None
+    data: ModelData, memory: xr.DataArray, pair_stats: xr.Dataset | None = None, query: xr.DataArray | None = None
 ) -> xr.Dataset:
     """Arm counts and sums per memory (per memory and query with ``pair_stats``): what the likelihood saw."""
     if pair_stats is not None:
@@ -359,7 +363,7 @@ def observed_data(
 
 
 def predictive(
-    data, tau: xr.DataArray, rng: np.random.Generator, memory: xr.DataArray,
+    data: ModelData, tau: xr.DataArray, rng: np.random.Generator, memory: xr.DataArray,
     arms: dict[str, np.ndarray] | None = None,
 ) -> xr.Dataset:
     """Replicated exposed-arm outcome sums given tau draws (chain, draw, memory[, query]).

@@ -74,7 +74,9 @@ class Recovered:
     log_lik: np.ndarray | None = None
 
 
-def compile_prior_terms(data: ModelData, rows: np.ndarray | None = None):
+def compile_prior_terms(
+    data: ModelData, rows: np.ndarray | None = None
+) -> Callable[[dict[str, np.ndarray]], list[np.ndarray]]:
     """A compiled function theta (keyword arrays) -> (pmf (3, G), weight (R, 3), rho_a, rho_b).
 
     R = M, or the memories ``rows`` only.
@@ -324,6 +326,8 @@ def _recover_draws(
 def _pointwise_draw(ctx: _Context, i: int, marginal: np.ndarray, pmf: np.ndarray, weight: np.ndarray) -> None:
     """Row ``i`` of ``ctx.log_lik``: the model's per-memory tau term at draw ``i``, plus offsets."""
     pw = ctx.pointwise
+    # only called when the context was built with pointwise=True, which fills both
+    assert pw is not None and ctx.log_lik is not None
     r = pw.rows
     # the same floor as the model's potential (build_model): only rows negligible under every component
     ll = np.log(np.maximum(marginal[r], 1e-300))

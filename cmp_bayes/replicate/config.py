@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import numbers
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from cmp_bayes.errors import ConfigError
 from cmp_bayes.model.config import ModelConfig, SamplerConfig
@@ -191,6 +191,6 @@ class ExperimentConfig:
         return cls(**data, model=model, sampler=sampler)
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     # bool is an int subclass; JSON true must not pass as a window of 1
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)

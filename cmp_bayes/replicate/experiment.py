@@ -208,6 +208,8 @@ def run_experiment(
     from cmp_bayes.diagnostics.positivity import identification_status
 
     status = pd.Series(identification_status(stats).to_numpy(), index=stats["memory"].to_numpy())
+    # the experiment's own log always carries labels (build_log writes them)
+    assert log.labels is not None
     required = set(log.labels.loc[log.labels["required"], "memory_id"].astype(str))
     req_status = status[status.index.isin(required)]
     exposed = stats["exposed"].to_numpy()[stats["in_pool"].to_numpy()]

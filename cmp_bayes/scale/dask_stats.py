@@ -346,6 +346,8 @@ def _assemble(
     data = stats_arrays(in_store, store_sum, store_sumsq, arms, *_rank_stats(sp.ranks, memory_arr, cell_arr))
     query_group = query_steps = None
     if by == "query":
+        # the steps map fills query_group whenever it keeps per-query cells
+        assert sp.query_group is not None
         qpos = positions(cell_arr, sp.query_names)
         query_group = sp.query_group.take(pa.array(qpos)).to_numpy(zero_copy_only=False).astype(object)
         query_steps = per_cell(sp.cell_count).astype(np.int64)
