@@ -286,11 +286,7 @@ def forest_figure(
         color = _STATUS_COLORS.get(st, _STATUS_COLORS[IDENTIFIED])
         ax.plot([q[0, i], q[3, i]], [y[i], y[i]], color=color, lw=1.0, ls=ls)
         ax.plot([q[1, i], q[2, i]], [y[i], y[i]], color=color, lw=3.2, ls=ls, solid_capstyle="butt")
-        ax.plot(
-            mean[i], y[i], "o", ms=5.5, color=color, fillstyle=face, markerfacecolor=(
-                color if face == "full" else "white"
-            ),
-        )
+        ax.plot(mean[i], y[i], "o", ms=5.5, color=color, fillstyle=face)
         if st not in seen:
             seen.append(st)
     ax.axvline(0.0, color="#444444", lw=1.0, label="0: no effect")
@@ -305,8 +301,7 @@ def forest_figure(
     handles = [
         Line2D(
             [], [], color=_STATUS_COLORS[st], ls=_FOREST_STYLE[st][1], marker="o",
-            markerfacecolor=_STATUS_COLORS[st] if _FOREST_STYLE[st][0] == "full" else "white",
-            label=_FOREST_STYLE[st][2],
+            fillstyle=_FOREST_STYLE[st][0], label=_FOREST_STYLE[st][2],
         )
         for st in (IDENTIFIED, RETRIEVED_ONLY, UNIDENTIFIED)
         if st in seen
