@@ -12,7 +12,7 @@ import base64
 import io
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import xarray as xr
@@ -233,7 +233,7 @@ def forest_plot(
 
 #: How each identification status is drawn in the forest plot: marker face, line style and the
 #: legend's words (what the estimate rests on).
-_FOREST_STYLE: dict[str, tuple[str, str, str]] = {
+_FOREST_STYLE: dict[str, tuple[Literal["full", "none"], str, str]] = {
     IDENTIFIED: ("full", "-", "identified: exposed at random"),
     RETRIEVED_ONLY: ("none", "--", "retrieved-only: valid only if retrieval is ignorable"),
     UNIDENTIFIED: ("none", ":", "unidentified: posterior = prior"),
