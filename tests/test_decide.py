@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from cmp_bayes.cli.main import main
 from cmp_bayes.constants import IDENTIFIED, RETRIEVED_ONLY, STATUSES, UNIDENTIFIED
 from cmp_bayes.decision.costs import Costs
+from cmp_bayes.decision.decisions import RULE_COLUMNS
 from cmp_bayes.decision.preposterior import exposures_to_resolve
 from cmp_bayes.decision.rule import COLUMNS, DecisionWarning, decide
 from cmp_bayes.errors import ConfigError, PosteriorError
@@ -407,7 +408,11 @@ def test_cli_decide_writes_csv_and_prints_summary(posterior_file, tmp_path, caps
     assert rc == 0
     text = capsys.readouterr().out
     table = pd.read_csv(out)
-    assert len(table) == 40 and list(table.columns) == list(COLUMNS)
+    assert len(table) == 40 and list(table.columns) == [*COLUMNS, *RULE_COLUMNS]
+    # the costs behind the rows: the file's forget cost, the flag's retain cost
+    assert (table["forget_cost"] == 50.0).all() and (table["retain_cost"] == 2.0).all()
+    assert (table["threshold"] == 0.05).all() and (table["estimand"] == "tau").all()
+    assert table["forget_below"].to_numpy() == pytest.approx(2 / 52)
     counts = table["action"].value_counts()
     assert (
         f"40 memories: {counts.get('retain', 0)} retain, {counts.get('forget', 0)} forget" in text

@@ -13,7 +13,8 @@ import pytest
 import xarray as xr
 
 from cmp_bayes.cli.main import main
-from cmp_bayes.decision.decisions import Decisions, read_decisions_csv
+from cmp_bayes.decision.costs import Costs
+from cmp_bayes.decision.decisions import RULE_COLUMNS, Decisions, read_decisions_csv
 from cmp_bayes.decision.rule import COLUMNS, decide
 from cmp_bayes.errors import ConfigError
 from cmp_bayes.posterior.io import load_posterior, save_posterior
@@ -68,7 +69,10 @@ def test_without_a_log_id_the_column_is_na_and_the_field_none() -> None:
 def test_csv_round_trip_with_provenance_and_text(live_posterior, tmp_path: Path) -> None:
     d = _quiet_decide(live_posterior)
     back = read_decisions_csv(d.to_csv(tmp_path / "d.csv"))
-    pd.testing.assert_frame_equal(back, d.table, check_exact=False, rtol=1e-12)
+    # the CSV is the table, then the rule it was decided under (RULE_COLUMNS)
+    assert list(back.columns) == [*d.table.columns, *RULE_COLUMNS]
+    pd.testing.assert_frame_equal(back[list(d.table.columns)], d.table, check_exact=False, rtol=1e-12)
+    pd.testing.assert_frame_equal(back, d.csv_table(), check_exact=False, rtol=1e-12)
 
     # with texts: the CSV's text is the whole one, multi-line texts included
     ids = live_posterior["posterior"]["memory"].to_numpy().astype(str)
@@ -80,7 +84,23 @@ def test_csv_round_trip_with_provenance_and_text(live_posterior, tmp_path: Path)
     back = read_decisions_csv(dt_text.to_csv(tmp_path / "t.csv"))
     assert back["text"].tolist()[:2] == texts.tolist()[:2] and back["text"].iloc[2:].isna().all()
     short = dt_text.table.drop(columns="text")
-    pd.testing.assert_frame_equal(back.drop(columns="text"), short, check_exact=False, rtol=1e-12)
+    pd.testing.assert_frame_equal(
+        back.drop(columns=["text", *RULE_COLUMNS]), short, check_exact=False, rtol=1e-12
+    )
+
+
+def test_csv_records_the_costs_and_threshold_used(live_posterior, tmp_path: Path) -> None:
+    costs = Costs(forget_cost=7.0, retain_cost=2.0, threshold=0.03)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        d = decide(live_posterior, costs)
+    back = read_decisions_csv(d.to_csv(tmp_path / "c.csv"))
+    assert back["estimand"].tolist() == ["tau"] * len(d)
+    assert (back["threshold"] == 0.03).all() and (back["forget_cost"] == 7.0).all()
+    assert (back["retain_cost"] == 2.0).all()
+    assert back["forget_below"].to_numpy() == pytest.approx(2.0 / 9.0)
+    assert back["forget_below"].dtype == "float64"
+    assert list(d.table.columns) == list(COLUMNS)  # writing leaves the table as it was
 
 
 def test_read_decisions_csv_refuses_bad_rows_naming_file_line_and_column(

@@ -22,7 +22,7 @@ from cmp_bayes.cli.fit import health_line
 from cmp_bayes.cli.main import main
 from cmp_bayes.constants import IDENTIFIED, RHAT_MAX
 from cmp_bayes.decision.costs import Costs
-from cmp_bayes.decision.decisions import Decisions
+from cmp_bayes.decision.decisions import RULE_COLUMNS, Decisions
 from cmp_bayes.decision.rule import DecisionWarning, decide
 from cmp_bayes.posterior import health as health_mod
 from cmp_bayes.posterior import sampling_checks
@@ -257,7 +257,7 @@ def test_decisions_object_carries_what_attrs_did(tmp_path) -> None:
     (tmp_path / "sub").mkdir()
     out = d.to_csv(tmp_path / "sub" / "decisions.csv")
     back = pd.read_csv(out, dtype={"memory_id": str})
-    assert list(back.columns) == list(d.table.columns)
+    assert list(back.columns) == [*d.table.columns, *RULE_COLUMNS]
     assert list(back["action"]) == list(d.table["action"])
     assert not list((tmp_path / "sub").glob("*.tmp"))
 

@@ -49,6 +49,16 @@ COLUMNS: Final[tuple[str, ...]] = (
     "reason",
     *PROVENANCE_COLUMNS,
 )
+#: Columns :meth:`Decisions.to_csv` adds after :data:`COLUMNS`: the rule the decisions were
+#: made under (one value each), so a CSV read alone says which costs and threshold produced it.
+#: ``estimand`` names what ``threshold`` applies to; ``forget_below`` = r / (f + r).
+RULE_COLUMNS: Final[tuple[str, ...]] = (
+    "estimand",
+    "threshold",
+    "forget_cost",
+    "retain_cost",
+    "forget_below",
+)
 
 
 @dataclass(frozen=True)
@@ -180,10 +190,26 @@ class Decisions:
         return " ".join(parts)
 
     def csv_table(self) -> pd.DataFrame:
-        """The table as :meth:`to_csv` writes it: ``text`` holds each memory's full text."""
-        if self.texts is None or TEXT_COLUMN not in self.table:
-            return self.table
-        return add_text(self.table, self.texts, full=True)
+        """The table as :meth:`to_csv` writes it.
+
+        ``text`` holds each memory's full text, and the :data:`RULE_COLUMNS`
+        follow the table's columns: ``estimand`` (string), ``threshold``
+        (outcome units), ``forget_cost`` and ``retain_cost`` (cost units) and
+        ``forget_below`` (probability), the same on every row.
+        """
+        table = self.table
+        if self.texts is not None and TEXT_COLUMN in table:
+            table = add_text(table, self.texts, full=True)
+        n = len(table)
+        rule = {
+            "estimand": pd.Series([self.costs.estimand] * n, dtype="string", index=table.index),
+            "threshold": float(self.costs.threshold),
+            "forget_cost": float(self.costs.forget_cost),
+            "retain_cost": float(self.costs.retain_cost),
+            "forget_below": float(self.costs.forget_below),
+        }
+        # assign never reorders: a table that already has a rule column keeps it in place
+        return table.assign(**{k: v for k, v in rule.items()})
 
     def to_csv(self, path: str | Path) -> Path:
         """Write the table as CSV (no index; full texts), atomically; return the path.
@@ -225,6 +251,7 @@ class Decisions:
 #: How each column of a decisions CSV is read back (other columns stay strings).
 _FLOAT_COLUMNS: Final[tuple[str, ...]] = (
     "p_useful", "expected_value", "expected_loss_retain", "expected_loss_forget", "mean_shift", "rhat",
+    "threshold", "forget_cost", "retain_cost", "forget_below",
 )
 _INT_COLUMNS: Final[tuple[str, ...]] = ("exposed", "retrieved", "in_store")
 #: String columns where an empty cell means "none" (<NA>), not the empty string.
@@ -248,7 +275,9 @@ def read_decisions_csv(path: str | Path) -> pd.DataFrame:
         ``text``, ``log_checksum``, ``log_id`` as ``string`` (an empty
         ``text`` or ``log_id`` is <NA>); probabilities, values and losses
         float64; ``exposed``, ``retrieved``, ``in_store`` int64;
-        ``exposures_needed`` Int64; ``forgettable`` bool. Columns the file
+        ``exposures_needed`` Int64; ``forgettable`` bool; the rule columns
+        (:data:`RULE_COLUMNS`): ``estimand`` string, ``threshold``,
+        ``forget_cost``, ``retain_cost``, ``forget_below`` float64. Columns the file
         lacks are not added (a CSV written before ``log_checksum`` existed
         reads without it), so a caller that needs provenance checks for it.
 

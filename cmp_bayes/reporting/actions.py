@@ -1,20 +1,187 @@
-"""The report's decisions section: counts per action and the most consequential rows."""
+"""The report's decisions: the first screen (what to forget, what to expose next, how strong
+the evidence is) and the decisions section (counts, reason codes, the most consequential rows).
+
+Each decision's reason is a sentence (:mod:`cmp_bayes.decision.reasons`); repeated on every
+row it buries the table, so the page shows a short code per row (:data:`REASON_CODES`) and
+one legend of what each code means. ``decisions.csv`` keeps the full sentence.
+"""
 
 from __future__ import annotations
 
+import html
+import re
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from cmp_bayes.constants import STATUSES
 from cmp_bayes.reporting.blocks import Section, fmt, paragraph_html, table_html, table_md
 from cmp_bayes.text import add_text, texts_from_memories
 
 if TYPE_CHECKING:
     from cmp_bayes.decision.decisions import Decisions
+    from cmp_bayes.posterior.health import SamplerHealth
 
 
 #: Most decision rows printed per action in the report (the CSV has all of them).
 ROWS_PER_ACTION: int = 15
+#: Most forgets listed by id on the first screen (a scrollable list; the CSV has all).
+MAX_FORGETS_LISTED: int = 2000
+#: Memories in the next exposure pool the first screen proposes (``recommend_exposures``'s budget).
+NEXT_POOL: int = 10
+
+
+@dataclass(frozen=True)
+class ReasonCode:
+    """One group of decision reasons.
+
+    Attributes
+    ----------
+    code : str
+        Short code shown per row ("F1", "D2", ...: the action's initial and a number).
+    action : str
+        The action the reason belongs to.
+    pattern : str
+        Regular expression matched at the start of the reason sentence.
+    meaning : str
+        What the group means and what to do, in a few words (the legend's text).
+    """
+
+    code: str
+    action: str
+    pattern: str
+    meaning: str
+
+
+#: Every reason :func:`cmp_bayes.decision.reasons.reason_texts` writes, grouped (first match wins).
+REASON_CODES: tuple[ReasonCode, ...] = (
+    ReasonCode("F1", "forget", r"useless with P=", "P(useful) below the forget threshold"),
+    ReasonCode("F2", "forget", r"forgotten to meet capacity", "forgotten to meet the capacity"),
+    ReasonCode(
+        "D1", "defer", r"never in any context",
+        "unidentified (never in any context): expose it, then decide again",
+    ),
+    ReasonCode(
+        "D2", "defer", r"retrieved .* but never exposed",
+        "retrieved-only (never exposed at random): expose it, then decide again",
+    ),
+    ReasonCode(
+        "D3", "defer", r"exposed .*fewer than min_exposures",
+        "fewer exposures than min_exposures: expose it, then decide again",
+    ),
+    ReasonCode(
+        "D4", "defer", r"data moved tau by only",
+        "data moved its estimate less than min_mean_shift: expose it, then decide again",
+    ),
+    ReasonCode(
+        "D5", "defer", r"the rule would forget .* but the sampler failed",
+        "the sampler failed its checks: refit before forgetting",
+    ),
+    ReasonCode(
+        "D6", "defer", r"the rule would forget .* but R-hat",
+        "its own R-hat is too high: refit before forgetting",
+    ),
+    ReasonCode(
+        "R1", "retain", r"never in any context",
+        "unidentified: its prior says keep; expose it to learn its utility",
+    ),
+    ReasonCode(
+        "R2", "retain", r"retrieved .* never exposed",
+        "retrieved-only: kept on retrieval data alone (valid if retrieval is ignorable)",
+    ),
+    ReasonCode(
+        "R3", "retain", r"useful when read .* fix retrieval",
+        "useful when read, but the retriever never shows it: fix retrieval",
+    ),
+    ReasonCode("R4", "retain", r"useful \(P=", "useful: keep"),
+    ReasonCode(
+        "R5", "retain", r"uncertain", "uncertain: not sure enough it is useless to forget it"
+    ),
+)
+#: Code of a reason no group matches (its sentence is then listed in the legend).
+OTHER_CODE: str = "?"
+
+_COMPILED: tuple[tuple[ReasonCode, re.Pattern[str]], ...] = tuple(
+    (rc, re.compile(rc.pattern)) for rc in REASON_CODES
+)
+
+
+def reason_code(reason: object, action: object) -> str:
+    """The :data:`REASON_CODES` code of one decision's reason (:data:`OTHER_CODE` when none)."""
+    text, act = str(reason), str(action)
+    for rc, rx in _COMPILED:
+        if rc.action == act and rx.match(text):
+            return rc.code
+    return OTHER_CODE
+
+
+def reason_codes(table: pd.DataFrame) -> pd.Series:
+    """One code per row of a decision table (``action`` and ``reason`` columns)."""
+    if "reason" not in table or "action" not in table:
+        return pd.Series([OTHER_CODE] * len(table), index=table.index, dtype="string")
+    codes = [reason_code(r, a) for r, a in zip(table["reason"], table["action"], strict=True)]
+    return pd.Series(codes, index=table.index, dtype="string")
+
+
+def reason_legend(table: pd.DataFrame) -> pd.DataFrame:
+    """The codes that occur in ``table``: code, action, meaning, memories (count), in code order.
+
+    A reason no group matches is listed with its own sentence under :data:`OTHER_CODE`.
+    """
+    codes = reason_codes(table)
+    counts = codes.value_counts()
+    rows = [
+        {"code": rc.code, "action": rc.action, "meaning": rc.meaning, "memories": int(counts[rc.code])}
+        for rc in REASON_CODES
+        if rc.code in counts.index
+    ]
+    other = table[codes == OTHER_CODE]
+    for reason, sub in other.groupby("reason", sort=True) if len(other) else []:
+        rows.append(
+            {
+                "code": OTHER_CODE,
+                "action": ", ".join(sorted(set(sub["action"].astype(str)))),
+                "meaning": str(reason),
+                "memories": len(sub),
+            }
+        )
+    return pd.DataFrame(rows, columns=["code", "action", "meaning", "memories"])
+
+
+#: What ``expected_value`` is, per estimand (the decisions' ``costs.estimand``).
+VALUE_MEANING: dict[str, str] = {
+    "tau": (
+        "the posterior mean of tau, the change in the success probability when the memory is "
+        "in the context (outcome units: 0.02 = 2 percentage points more successes)"
+    ),
+    "utility": (
+        "the posterior mean of utility = rho x tau, the change in the success probability the "
+        "memory brings given how often the retriever shows it (outcome units)"
+    ),
+    "relevant": (
+        "the posterior mean of tau on the queries the memory is relevant to, the change in the "
+        "success probability when it is in the context (outcome units)"
+    ),
+    "workload": (
+        "the posterior mean of the workload value E_q[rho tau] over the query mix, a change in "
+        "the success probability (outcome units)"
+    ),
+}
+
+
+def definitions(decisions: Decisions) -> str:
+    """The page's definitions of ``p_useful`` and ``expected_value`` for these decisions."""
+    costs = decisions.costs
+    meaning = VALUE_MEANING.get(
+        costs.estimand, f"the posterior mean of {decisions.rule.variable} (outcome units)"
+    )
+    return (
+        f"expected_value = {meaning}. p_useful = P({decisions.rule.variable} > "
+        f"{fmt(costs.threshold)}), the posterior probability that the memory is useful. "
+        f"The rule forgets when p_useful < {fmt(decisions.rule.forget_below)} = retain cost / "
+        "(forget cost + retain cost), and only memories the design identifies."
+    )
 
 
 def decisions_section(
@@ -24,11 +191,12 @@ def decisions_section(
     *,
     texts: pd.Series | None = None,
 ) -> Section:
-    """The decision table under the given (default) costs, with reasons.
+    """The decision table under the given (default) costs, with reason codes and their legend.
 
     Rows show the start of each memory's text (``text``) from the decisions
     (the posterior's ``memory_text``), else from ``texts`` (memory id -> text),
-    else from ``log``'s memories file.
+    else from ``log``'s memories file, and a reason code (``why``) instead of
+    the reason's sentence; the legend above the table says what each code means.
     """
     lead = (
         "retain / forget / defer per memory from the asymmetric Bayes rule (forgetting a useful "
@@ -50,24 +218,45 @@ def decisions_section(
     more = (
         f"Showing {len(shown)} of {len(decisions):,} rows: up to {ROWS_PER_ACTION} per action, "
         "defers first (they need an exposure), then forgets (irreversible; riskiest first), "
-        "then retains (largest expected effect first); decisions.csv has every row."
+        "then retains (largest expected effect first); the first section lists every forget "
+        "and decisions.csv has every row with its full reason."
         if len(decisions) > len(shown)
-        else "Every memory is listed."
+        else "Every memory is listed; decisions.csv has each row's full reason."
     )
     costs = decisions.costs
     costs_text = (
         f"Costs: forget a useful memory {fmt(costs.forget_cost)}, keep a useless one "
         f"{fmt(costs.retain_cost)}; useful = {costs.estimand} > "
         f"{fmt(costs.threshold)}; forget only when P(useful) < "
-        f"{fmt(decisions.rule.forget_below)}."
+        f"{fmt(decisions.rule.forget_below)}. decisions.csv records them on every row "
+        "(estimand, threshold, forget_cost, retain_cost, forget_below)."
     )
-    body = (paragraph_html(costs_text) if costs_text else "") + table_html(counts) + paragraph_html(more)
-    body += table_html(shown, classes="decisions")
+    legend = reason_legend(decisions.table)
+    defs = definitions(decisions)
+    why = shown.pop("reason") if "reason" in shown else None
+    if why is not None:
+        pos = list(shown.columns).index("action") + 1 if "action" in shown else len(shown.columns)
+        shown.insert(pos, "why", reason_codes(shown.assign(reason=why)))
+    body = (
+        paragraph_html(costs_text)
+        + table_html(counts)
+        + "<h3>Reason codes</h3>"
+        + table_html(legend, classes="legend")
+        + "<h3>Most consequential rows</h3>"
+        + paragraph_html(more)
+        + paragraph_html(defs)
+        + table_html(shown, classes="decisions")
+    )
     md = (
-        (costs_text + "\n\n" if costs_text else "")
+        costs_text
+        + "\n\n"
         + table_md(counts)
-        + "\n"
+        + "\n### Reason codes\n\n"
+        + table_md(legend)
+        + "\n### Most consequential rows\n\n"
         + more
+        + "\n\n"
+        + defs
         + "\n\n"
         + table_md(shown)
     )
@@ -102,3 +291,187 @@ def _consequential(decisions: pd.DataFrame) -> pd.DataFrame:
             sub = sub.sort_values(key, ascending=ascending, kind="stable")
         parts.append(sub[cols].head(ROWS_PER_ACTION))
     return pd.concat(parts, ignore_index=True)
+
+
+# ------------------------------------------------------------------ the first screen
+
+
+def health_headline(health: SamplerHealth) -> tuple[str, str]:
+    """The sampler verdict as the page's first line, and its CSS class (pass / warn / fail).
+
+    A PASS with advisory checks that warn (or were not recorded) says so and
+    names them ("PASS: with 2 warnings. ..."), so the first line agrees with the
+    health table below it; the verdict itself (what gates forgets) is
+    :attr:`SamplerHealth.verdict`'s.
+    """
+    if not health.ok:
+        return health.verdict, "fail"
+    warns = [c for c in health.checks if not c.gate and c.ok is not True]
+    if not warns:
+        return health.verdict, "pass"
+    rest = health.verdict.removeprefix("PASS: ")
+    # the plain verdict says "every recorded check passed": true of the gating checks only
+    rest = rest.replace(
+        "every recorded check passed",
+        "every check that gates forgets (divergences, hyperparameter R-hat) passed",
+    )
+    named = "; ".join(
+        f"{c.name}: {c.value} ({'not recorded' if c.ok is None else 'pass if ' + c.threshold})"
+        for c in warns
+    )
+    word = "warning" if len(warns) == 1 else "warnings"
+    text = (
+        f"PASS: with {len(warns)} {word}. {rest} {word.capitalize()} (advisory: they do not "
+        f"block forgets; see Sampler health): {named}."
+    )
+    return text, "warn"
+
+
+def forget_list(decisions: Decisions) -> pd.DataFrame:
+    """Every forget, riskiest (highest P(useful)) first: id, text, P(useful), value, exposures."""
+    rows = decisions.forgets.sort_values("p_useful", ascending=False, kind="stable")
+    cols = [c for c in ("memory_id", "text", "p_useful", "expected_value", "exposed") if c in rows]
+    return rows[cols].reset_index(drop=True)
+
+
+def next_pool(recommended: pd.DataFrame) -> pd.DataFrame:
+    """The selected rows of ``recommend_exposures``, best first, with the columns a person reads."""
+    chosen = recommended[recommended["selected"]] if "selected" in recommended else recommended
+    cols = [
+        c
+        for c in ("memory_id", "text", "action", "status", "p_useful", "exposures", "voi")
+        if c in chosen
+    ]
+    return chosen[cols].reset_index(drop=True)
+
+
+def evidence_sentences(decisions: Decisions) -> list[str]:
+    """How strong the evidence behind the decisions is, in numbers a person can weigh."""
+    t = decisions.table
+    out: list[str] = []
+    forgets = decisions.forgets
+    below = decisions.rule.forget_below
+    if len(forgets):
+        worst = forgets.loc[forgets["p_useful"].idxmax()]
+        out.append(
+            f"Forgets: expected number of useful memories among the {len(forgets):,} forgotten: "
+            f"{float(forgets['p_useful'].sum()):.2f} (sum of their P(useful)); the riskiest, "
+            f"{worst['memory_id']}, has P(useful) = {float(worst['p_useful']):.3f} against the "
+            f"forget threshold {below:.3f}; median exposures per forgotten memory: "
+            f"{fmt(float(forgets['exposed'].median()))}."
+        )
+    else:
+        out.append("No memory is forgotten.")
+    defers = decisions.defers
+    if len(defers):
+        by = defers["status"].astype(str).value_counts()
+        parts = ", ".join(f"{int(by[s]):,} {s}" for s in STATUSES if s in by.index)
+        out.append(
+            f"Deferred: {len(defers):,} memories the rule would forget but may not yet ({parts}): "
+            "the log has no randomized evidence about them, or too little."
+        )
+    retains = decisions.retains
+    if len(retains) and "p_useful" in t:
+        sure = int((retains["p_useful"] >= 0.5).sum())
+        out.append(
+            f"Retained: {len(retains):,}, of which {sure:,} are more likely useful than not "
+            "(P(useful) >= 0.5); the rest are kept because forgetting them is too risky."
+        )
+    return out
+
+
+def first_screen(
+    decisions: Decisions | None,
+    health: SamplerHealth,
+    *,
+    recommended: pd.DataFrame | None = None,
+    recommend_note: str = "",
+    texts: pd.Series | None = None,
+    note: str = "",
+) -> tuple[str, str]:
+    """HTML and Markdown of the report's first screen: verdict, forgets, next exposures, evidence.
+
+    Parameters
+    ----------
+    decisions : Decisions or None
+        What ``decide`` returned (None: ``note`` says why there are none).
+    health : SamplerHealth
+        The report's sampler checks (advisory ones included).
+    recommended : pandas.DataFrame, optional
+        ``recommend_exposures``' table; its selected rows are the next pool.
+    recommend_note : str
+        Why there is no recommendation (shown instead).
+    texts : pandas.Series, optional
+        Memory id -> text, for rows whose decisions carry none.
+    """
+    headline, cls = health_headline(health)
+    body = f"<p class='verdict {cls}'>{html.escape(headline)}</p>"
+    md = f"**{headline}**\n\n"
+    if decisions is None:
+        msg = note or "Decisions not computed."
+        return body + paragraph_html(msg), md + msg + "\n\n"
+    c = decisions.counts()
+    line = (
+        f"Under these costs: forget {c['forget']:,}, defer {c['defer']:,} (expose them first), "
+        f"retain {c['retain']:,} of {len(decisions):,} memories."
+    )
+    body += paragraph_html(line)
+    md += line + "\n\n"
+    # the three answers first, each in a line or two; the tables behind them follow
+    forgets = forget_list(decisions)
+    if "text" not in forgets:
+        forgets = add_text(forgets, texts)
+    shown = forgets.head(MAX_FORGETS_LISTED)
+    if len(forgets) == 0:
+        forget_head, forget_ids = "Forget: none.", (
+            "No memory is shown useless with enough evidence under these costs."
+        )
+    else:
+        which = (
+            "all of them, riskiest first"
+            if len(shown) == len(forgets)
+            else f"the {len(shown):,} riskiest; decisions.csv has every one"
+        )
+        forget_head = f"Forget {len(forgets):,} memories ({which}):"
+        forget_ids = ", ".join(str(m) for m in shown["memory_id"])
+    pool = next_pool(recommended) if recommended is not None and len(recommended) else None
+    if pool is not None and recommended is not None:
+        per = int(recommended.attrs.get("exposures", 0))
+        each = f"{per} randomized exposures each, " if per else ""
+        expose_head = f"Expose next {len(pool):,} memories ({each}then fit and decide again):"
+        expose_ids = ", ".join(str(m) for m in pool["memory_id"])
+    else:
+        expose_head, expose_ids = "Expose next:", recommend_note or "Not computed."
+    evidence = evidence_sentences(decisions)
+    items = [
+        ("forget", forget_head, forget_ids),
+        ("expose", expose_head, expose_ids),
+    ]
+    body += "<ul class='todo'>"
+    for cls, head, ids in items:
+        body += (
+            f"<li class='{cls}'><strong>{html.escape(head)}</strong> "
+            f"<span class='ids'>{html.escape(ids)}</span></li>"
+        )
+    body += (
+        "<li class='evidence'><strong>How strong the evidence is:</strong> "
+        + " ".join(html.escape(e) for e in evidence)
+        + "</li></ul>"
+    )
+    md += "".join(f"- **{head}** {ids}\n" for _, head, ids in items)
+    md += "- **How strong the evidence is:** " + " ".join(evidence) + "\n"
+    if len(shown):
+        body += "<h3>The forgets</h3><div class='scroll'>" + table_html(shown, classes="forgets")
+        body += "</div>"
+        md += "\n### The forgets\n\n" + table_md(shown)
+    if pool is not None:
+        what = (
+            "voi = value of information in cost units: the expected loss the exposures remove; "
+            "deferred memories come first. Give the list to the next design "
+            "(ExposureScheduler(pool=...), or `cmp-bayes recommend POSTERIOR --budget "
+            f"{len(pool)} -o pool.json`)."
+        )
+        body += "<h3>The next exposure pool</h3>" + paragraph_html(what)
+        body += table_html(pool, classes="pool")
+        md += f"\n### The next exposure pool\n\n{what}\n\n" + table_md(pool)
+    return body, md

@@ -93,7 +93,8 @@ def table_html(frame: pd.DataFrame, classes: str = "") -> str:
     """An escaped HTML table with :func:`fmt`-formatted cells."""
     shown = frame.map(fmt) if len(frame) else frame.astype(str)
     out = shown.to_html(index=False, escape=True, border=0, classes=classes or None)
-    return out
+    # a wide table scrolls inside its own box instead of squeezing its columns (800 px screens)
+    return f"<div class='table-wrap'>{out}</div>"
 
 
 def table_md(frame: pd.DataFrame) -> str:

@@ -86,7 +86,7 @@ def report(
     if decisions is None:
         decisions, note = _decide(tree, costs)
     gate = decisions.costs if decisions is not None else costs
-    thresholds = (
+    thresholds: dict[str, Any] = (
         {}
         if gate is None
         else {
@@ -101,12 +101,22 @@ def report(
     # memory rows everywhere (forest, unidentified list) show the start of the text
     ident = add_text(identification_frame(tree), texts)
 
+    recommended, rec_note = _recommend(tree, decisions)
     steps = [
-        lambda: sec.overview(health, ident, decisions, tree),
+        lambda: sec.overview(
+            health,
+            ident,
+            decisions,
+            tree,
+            recommended=recommended,
+            recommend_note=rec_note,
+            texts=texts,
+            note=note,
+        ),
         lambda: sec.sampler_health_section(health, _attempts(tree)),
         lambda: sec.hyperparameter_section(tree, hyper),
         lambda: sec.trace_rank_section(tree, hyper),
-        lambda: sec.forest_section(tree, ident),
+        lambda: sec.forest_section(tree, ident, threshold=_tau_threshold(gate)),
         lambda: sec.identification_section(tree, ident),
         lambda: checks.ppc_section(tree),
         lambda: actions.decisions_section(decisions, note, texts=texts),
@@ -154,12 +164,49 @@ def _decide(tree: xr.DataTree, costs: Any) -> tuple[Decisions | None, str]:
         return None, f"Not computed: {exc}"
 
 
+def _tau_threshold(gate: Any) -> float | None:
+    """The decision threshold to draw on the tau forest: the costs' when they decide on tau.
+
+    Without costs the package default applies (``Costs().threshold``); a threshold
+    on another estimand (utility, ...) is not a tau value, so none is drawn.
+    """
+    from cmp_bayes.decision.costs import Costs
+
+    costs = gate if gate is not None else Costs()
+    return float(costs.threshold) if costs.estimand == "tau" else None
+
+
+#: Posterior draws per memory ``recommend_exposures`` may use in the report: its cost grows as
+#: draws**2 per memory, so large stores get fewer (never under 20) and the page stays quick.
+_RECOMMEND_WORK: float = 4e7
+
+
+def _recommend(tree: xr.DataTree, decisions: Decisions | None) -> tuple[pd.DataFrame | None, str]:
+    """``recommend_exposures`` under the decisions' costs, or None and why not."""
+    from cmp_bayes.decision.recommend import recommend_exposures
+    from cmp_bayes.reporting.actions import NEXT_POOL
+
+    if decisions is None:
+        return None, "Not computed: there are no decisions to improve on."
+    todo = len(decisions) - int(decisions.counts()["forget"])
+    if todo == 0:
+        return None, "Nothing to expose: every memory is forgotten."
+    draws = int(max(20, min(200, (_RECOMMEND_WORK / max(todo, 1)) ** 0.5)))
+    try:
+        table = recommend_exposures(
+            tree, min(NEXT_POOL, todo), decisions.costs, draws=draws
+        )
+    except CmpBayesError as exc:
+        return None, f"Not computed: {exc}"
+    return table, ""
+
+
 def _attempts(tree: xr.DataTree) -> list[dict[str, Any]]:
     """fit's recorded attempts ([] when absent or unreadable: the report shows what it can)."""
     from cmp_bayes.posterior.contract import fit_attempts
 
     try:
-        return fit_attempts(tree.attrs)
+        return fit_attempts({str(k): v for k, v in tree.attrs.items()})
     except CmpBayesError:
         return []
 

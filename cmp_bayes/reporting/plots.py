@@ -11,7 +11,8 @@ from __future__ import annotations
 import base64
 import io
 import math
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Literal
 
 import numpy as np
 import xarray as xr
@@ -55,11 +56,23 @@ def to_data_uri(figure: Any, dpi: int = 90) -> str:
 
 
 def trace_plot(posterior: xr.DataTree, var_names: list[str]) -> str:
+    """:func:`trace_figure` as a PNG data URI."""
+    return to_data_uri(trace_figure(posterior, var_names))
+
+
+def trace_figure(posterior: xr.DataTree, var_names: list[str]) -> Any:
     """Trace and marginal density of each hyperparameter (arviz_plots.plot_trace_dist).
 
-    The divergence rug is drawn from :func:`divergences_on_draws`, so a
+    Every panel names its variable and unit (:func:`hyper_unit`): the density
+    panels' x axis and the trace panels' y axis; the trace's x axis is the draw
+    index. The divergence rug is drawn from :func:`divergences_on_draws`, so a
     posterior thinned after sampling (``sample_stats`` keeps every draw) still
     shows where its divergences were; without a usable record the rug is left out.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        One row per variable: density (left), trace (right).
     """
     import arviz_plots
 
@@ -70,9 +83,43 @@ def trace_plot(posterior: xr.DataTree, var_names: list[str]) -> str:
     if diverging is not None:
         groups["sample_stats"] = xr.Dataset({"diverging": diverging})
     pc = arviz_plots.plot_trace_dist(
-        xr.DataTree.from_dict(groups), var_names=names, backend="matplotlib", compact=True
+        xr.DataTree.from_dict(groups),
+        var_names=names,
+        backend="matplotlib",
+        compact=True,
+        # room for an x label under every density panel
+        figure_kwargs={"figsize": (11, 2.0 * len(names) + 0.6), "layout": "constrained"},
     )
-    return to_data_uri(pc)
+    fig = pc.get_viz("figure")
+    for name in names:
+        unit = hyper_unit(name)
+        axes = pc.viz["plot"][name]
+        dist, trace = axes.sel(column="dist").item(), axes.sel(column="trace").item()
+        dist.set_xlabel(f"{name} ({unit})", visible=True)
+        dist.xaxis.label.set_visible(True)
+        dist.set_ylabel("density")
+        trace.set_ylabel(f"{name}\n({hyper_unit(name, short=True)})", fontsize=8)
+        trace.set_xlabel("draw (per chain)")
+        trace.xaxis.label.set_visible(True)
+    return fig
+
+
+#: Unit of a hyperparameter, by name prefix (the model's parametrization, cmp_bayes.model.build),
+#: in full and short (for the narrow trace axes).
+_HYPER_UNITS: tuple[tuple[str, str, str], ...] = (
+    ("tau_", "success-probability change", "prob. change"),
+    ("weight_", "log-odds", "log-odds"),
+    ("rho_kappa", "concentration, unitless", "unitless"),
+    ("rho_", "log-odds", "log-odds"),
+)
+
+
+def hyper_unit(name: str, *, short: bool = False) -> str:
+    """The unit a hyperparameter is measured in, for axis labels ("value" when unknown)."""
+    for prefix, unit, brief in _HYPER_UNITS:
+        if name.startswith(prefix):
+            return brief if short else unit
+    return "value"
 
 
 def divergences_on_draws(posterior: xr.DataTree) -> xr.DataArray | None:
@@ -127,7 +174,22 @@ def divergences_on_draws(posterior: xr.DataTree) -> xr.DataArray | None:
 
 
 def rank_plot(posterior: xr.DataTree, var_names: list[str]) -> str:
-    """Fractional rank ECDF per chain (arviz_plots.plot_rank): flat means chains agree."""
+    """:func:`rank_figure` as a PNG data URI."""
+    return to_data_uri(rank_figure(posterior, var_names))
+
+
+def rank_figure(posterior: xr.DataTree, var_names: list[str]) -> Any:
+    """Fractional rank Delta-ECDF per chain (arviz_plots.plot_rank, multi-chain test).
+
+    Each chain's line is its ECDF of fractional ranks minus the uniform ECDF:
+    near 0 when chains agree. arviz_plots' default method draws no envelope;
+    it prints the p-value of the multi-chain uniformity test in each panel and
+    marks the points that drive a small one. Both axes are labelled.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
     import arviz_plots
 
     _mpl()
@@ -139,10 +201,17 @@ def rank_plot(posterior: xr.DataTree, var_names: list[str]) -> str:
         var_names=names,
         backend="matplotlib",
         col_wrap=3,
+        visuals={"remove_axis": False},  # keep the y axis: it is labelled below
         # room for two-line titles (variable and coordinate)
-        figure_kwargs={"figsize": (11, 2.9 * rows), "layout": "constrained"},
+        figure_kwargs={"figsize": (11, 3.1 * rows), "layout": "constrained"},
     )
-    return to_data_uri(pc)
+    fig = pc.get_viz("figure")
+    for ax in fig.axes:
+        if ax.get_visible() and ax.has_data():
+            ax.set_xlabel("fractional rank (0 to 1, all chains pooled)")
+            ax.set_ylabel("ECDF − uniform")
+            ax.axhline(0.0, color="grey", lw=0.6, ls=":")
+    return fig
 
 
 def _panels(posterior: xr.DataTree, name: str) -> int:
@@ -150,27 +219,100 @@ def _panels(posterior: xr.DataTree, name: str) -> int:
     return int(np.prod([da.sizes[d] for d in da.dims if d not in ("chain", "draw")], dtype=int))
 
 
-def forest_plot(posterior: xr.DataTree, var: str, memories: list[str]) -> str:
-    """Forest plot of ``var`` for the listed memories, in the order given.
+def forest_plot(
+    posterior: xr.DataTree,
+    var: str,
+    memories: list[str],
+    *,
+    status: Mapping[str, str] | None = None,
+    threshold: float | None = None,
+) -> str:
+    """:func:`forest_figure` as a PNG data URI."""
+    return to_data_uri(forest_figure(posterior, var, memories, status=status, threshold=threshold))
 
-    Intervals: 50% and CI_PROB (CI_KIND), point estimate the posterior mean.
+
+#: How each identification status is drawn in the forest plot: marker face, line style and the
+#: legend's words (what the estimate rests on).
+_FOREST_STYLE: dict[str, tuple[Literal["full", "none"], str, str]] = {
+    IDENTIFIED: ("full", "-", "identified: exposed at random"),
+    RETRIEVED_ONLY: ("none", "--", "retrieved-only: valid only if retrieval is ignorable"),
+    UNIDENTIFIED: ("none", ":", "unidentified: posterior = prior"),
+}
+
+#: x-axis label of a memory-level estimand, by variable (``_memory`` suffix dropped).
+ESTIMAND_AXIS: dict[str, str] = {
+    "tau": "tau: change in success probability when the memory is in the context",
+    "utility": "utility = rho x tau: expected change in success probability",
+}
+
+
+def forest_figure(
+    posterior: xr.DataTree,
+    var: str,
+    memories: list[str],
+    *,
+    status: Mapping[str, str] | None = None,
+    threshold: float | None = None,
+) -> Any:
+    """Forest plot of ``var`` for the listed memories, first at the top.
+
+    Point: posterior mean; thick bar: central 50% interval; thin bar: CI_PROB
+    (CI_KIND) interval, in outcome units (a change in the success probability).
+    A solid vertical line marks 0 (no effect) and a dashed one ``threshold``
+    (a memory is useful above it, ``Costs.threshold``). ``status`` (memory id
+    -> identification status) draws identified memories filled and solid,
+    retrieved-only and unidentified ones hollow with dashed / dotted bars, in
+    their status colour, with a legend saying what each rests on.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
     """
-    import arviz_plots
+    plt = _mpl()
+    from matplotlib.lines import Line2D
 
-    _mpl()
-    sub = posterior["posterior"].to_dataset()[[var]].sel(memory=memories)
-    tree = xr.DataTree.from_dict({"posterior": sub})
-    pc = arviz_plots.plot_forest(
-        tree,
-        var_names=[var],
-        combined=True,
-        point_estimate="mean",
-        ci_kind=CI_KIND,
-        ci_probs=[0.5, CI_PROB],
-        backend="matplotlib",
-        figure_kwargs={"figsize": (9, 0.32 * len(memories) + 1.2)},
+    da = posterior["posterior"][var].sel(memory=memories)
+    qs = [(1 - CI_PROB) / 2, 0.25, 0.75, (1 + CI_PROB) / 2]
+    q = da.quantile(qs, dim=("chain", "draw")).transpose("quantile", "memory").to_numpy()
+    mean = da.mean(("chain", "draw")).to_numpy()
+    status = status or {}
+    n = len(memories)
+    fig, ax = plt.subplots(figsize=(9, 0.3 * n + 1.6))
+    y = np.arange(n)[::-1]  # first memory at the top
+    seen: list[str] = []
+    for i, mem in enumerate(memories):
+        st = status.get(mem, IDENTIFIED)
+        face, ls, _ = _FOREST_STYLE.get(st, _FOREST_STYLE[IDENTIFIED])
+        color = _STATUS_COLORS.get(st, _STATUS_COLORS[IDENTIFIED])
+        ax.plot([q[0, i], q[3, i]], [y[i], y[i]], color=color, lw=1.0, ls=ls)
+        ax.plot([q[1, i], q[2, i]], [y[i], y[i]], color=color, lw=3.2, ls=ls, solid_capstyle="butt")
+        ax.plot(mean[i], y[i], "o", ms=5.5, color=color, fillstyle=face)
+        if st not in seen:
+            seen.append(st)
+    ax.axvline(0.0, color="#444444", lw=1.0, label="0: no effect")
+    if threshold is not None:
+        ax.axvline(threshold, color="#8250df", lw=1.2, ls="--", label=f"decision threshold {threshold:g}")
+    ax.set_yticks(y, memories)
+    ax.set_ylim(-0.8, n - 0.2)
+    base = var.removesuffix("_memory")
+    ax.set_xlabel(ESTIMAND_AXIS.get(base, base) + " (outcome units)")
+    ax.set_ylabel("memory id")
+    ax.grid(axis="x", alpha=0.3)
+    handles = [
+        Line2D(
+            [], [], color=_STATUS_COLORS[st], ls=_FOREST_STYLE[st][1], marker="o",
+            fillstyle=_FOREST_STYLE[st][0], label=_FOREST_STYLE[st][2],
+        )
+        for st in (IDENTIFIED, RETRIEVED_ONLY, UNIDENTIFIED)
+        if st in seen
+    ]
+    lines, _ = ax.get_legend_handles_labels()
+    ax.legend(
+        handles=handles + lines, loc="upper center", bbox_to_anchor=(0.5, -0.8 / (0.3 * n + 1.6)),
+        ncol=2, frameon=False, fontsize=8,
     )
-    return to_data_uri(pc)
+    ax.set_title(f"point: mean · thick: 50% · thin: {CI_PROB:.0%} {CI_KIND.upper()}", fontsize=9)
+    return fig
 
 
 def prior_posterior_plot(posterior: xr.DataTree, var: str, memories: list[str]) -> str:
@@ -194,7 +336,13 @@ def prior_posterior_plot(posterior: xr.DataTree, var: str, memories: list[str]) 
         col_wrap=3,
         figure_kwargs={"figsize": (11, 2.9 * rows), "layout": "constrained"},
     )
-    return to_data_uri(pc)
+    fig = pc.get_viz("figure")
+    base = var.removesuffix("_memory")
+    for ax in fig.axes:
+        if ax.get_visible() and ax.has_data():
+            ax.set_xlabel(f"{base} (success-probability change)")
+            ax.set_ylabel("density")
+    return to_data_uri(fig)
 
 
 def identification_scatter(ident: xr.Dataset) -> str:
@@ -230,8 +378,8 @@ def identification_scatter(ident: xr.Dataset) -> str:
     # plain 0, 1, 10 ticks: counts, not powers
     ax.xaxis.set_major_formatter(ScalarFormatter())
     ax.yaxis.set_major_formatter(ScalarFormatter())
-    ax.set_xlabel("times retrieved by the retriever")
-    ax.set_ylabel("times exposed (randomized)")
+    ax.set_xlabel("times retrieved by the retriever (steps, symlog)")
+    ax.set_ylabel("times exposed at random (steps, symlog)")
     ax.set_title("Where each memory's evidence comes from")
     ax.legend(frameon=False, loc="best")
     ax.grid(alpha=0.3)
@@ -307,7 +455,24 @@ def binary_calibration_tree(posterior: xr.DataTree, seed: int = 0) -> xr.DataTre
 
 
 def ppc_binary_plot(tree: xr.DataTree) -> str:
-    """PAVA calibration of the exposed-arm outcomes (arviz_plots.plot_ppc_pava)."""
+    """:func:`ppc_binary_figure` as a PNG data URI."""
+    return to_data_uri(ppc_binary_figure(tree))
+
+
+#: Axis labels of the PAVA calibration plot (arviz_plots calls the y axis "CEP", the conditional
+#: event probability: the observed success rate at each predicted probability).
+PPC_XLABEL: str = "predicted success probability (posterior predictive mean)"
+PPC_YLABEL: str = "observed success rate (PAVA-calibrated)"
+
+
+def ppc_binary_figure(tree: xr.DataTree) -> Any:
+    """PAVA calibration of the exposed-arm outcomes (arviz_plots.plot_ppc_pava), axes in
+    probability units (:data:`PPC_XLABEL`, :data:`PPC_YLABEL`).
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
     import arviz_plots
 
     _mpl()
@@ -319,7 +484,13 @@ def ppc_binary_plot(tree: xr.DataTree) -> str:
         backend="matplotlib",
         figure_kwargs={"figsize": (5.5, 4.5)},
     )
-    return to_data_uri(pc)
+    fig = pc.get_viz("figure")
+    for ax in fig.axes:
+        if ax.get_visible() and ax.has_data():
+            ax.set_xlabel(PPC_XLABEL)
+            ax.set_ylabel(PPC_YLABEL)
+            ax.set_title(f"Exposed-arm outcomes: calibration, {CI_PROB:.0%} band")
+    return fig
 
 
 def ppc_fractional_plot(posterior: xr.DataTree) -> str | None:
@@ -341,7 +512,7 @@ def ppc_fractional_plot(posterior: xr.DataTree) -> str | None:
     fig, ax = plt.subplots(figsize=(5.5, 4.5))
     ax.errorbar(mean, observed, xerr=[mean - lo, hi - mean], fmt="o", ms=3, alpha=0.5, lw=0.6)
     ax.plot([0, 1], [0, 1], ls="--", color="grey")
-    ax.set_xlabel("predicted exposed-arm mean outcome")
-    ax.set_ylabel("observed exposed-arm mean outcome")
+    ax.set_xlabel("predicted exposed-arm mean outcome (outcome scale, 0 to 1)")
+    ax.set_ylabel("observed exposed-arm mean outcome (0 to 1)")
     ax.set_title(f"Posterior predictive check ({CI_PROB:.0%} intervals)")
     return to_data_uri(fig)

@@ -48,26 +48,40 @@ def overview(
     ident: pd.DataFrame,
     decisions: Decisions | None,
     posterior: xr.DataTree,
+    *,
+    recommended: pd.DataFrame | None = None,
+    recommend_note: str = "",
+    texts: pd.Series | None = None,
+    note: str = "",
 ) -> Section:
-    """What to look at first: the verdict, the identification counts, the decisions."""
+    """The first screen: the verdict, what to forget, what to expose next, how strong the
+    evidence is, then the identification counts (:func:`cmp_bayes.reporting.actions.first_screen`).
+
+    ``recommended`` is ``recommend_exposures``' table (its selected rows are the
+    next pool); ``recommend_note`` says why there is none.
+    """
+    from cmp_bayes.reporting.actions import first_screen
+
+    body, md = first_screen(
+        decisions,
+        health,
+        recommended=recommended,
+        recommend_note=recommend_note,
+        texts=texts,
+        note=note,
+    )
     counts = ident["status"].value_counts() if len(ident) else pd.Series(dtype=int)
     n = len(ident)
-    items = [f"Sampler: {health.verdict}"]
     if n:
-        items.append(
+        ident_text = (
             f"{n:,} memories: "
             + ", ".join(f"{int(counts.get(s, 0)):,} {s}" for s in STATUSES)
             + ". An unidentified memory's posterior is its prior (the population's, learned "
             "from the other memories): the log cannot say whether it helps, so it is never "
             "forgotten."
         )
-    if decisions is not None:
-        acts = decisions.counts()
-        items.append(
-            "Decisions under default costs: "
-            + ", ".join(f"{int(acts.get(a, 0)):,} {a}" for a in ("retain", "forget", "defer"))
-            + "."
-        )
+        body += "<h3>Identification</h3>" + paragraph_html(ident_text)
+        md += f"\n### Identification\n\n{ident_text}\n"
     attrs = posterior.attrs
     meta = {
         "log": attrs.get("log_path", "?"),
@@ -79,22 +93,17 @@ def overview(
     if attrs.get("log_id"):
         meta["log id"] = attrs["log_id"]  # a live session's log: what decisions are checked against
     lead = (
-        "Read the sampler verdict first: if it fails, nothing below is reliable. Then the "
-        "identification panel: it says which memories the log can judge at all."
+        "What to do: the sampler verdict (if it fails, act on nothing below), the memories to "
+        "forget, the memories to expose next, and how strong the evidence is. The sections "
+        "below show where each number comes from."
     )
-    body = "<ul>" + "".join(f"<li>{html.escape(i)}</li>" for i in items) + "</ul>"
     body += (
         "<p class='meta'>"
         + " · ".join(f"{html.escape(k)}: {html.escape(str(v))}" for k, v in meta.items())
         + "</p>"
     )
-    md = (
-        "\n".join(f"- {i}" for i in items)
-        + "\n\n"
-        + " · ".join(f"{k}: {v}" for k, v in meta.items())
-        + "\n"
-    )
-    return Section("overview", "What to look at first", lead, body, md)
+    md += "\n" + " · ".join(f"{k}: {v}" for k, v in meta.items()) + "\n"
+    return Section("overview", "Decision: what to do", lead, body, md)
 
 
 def sampler_health_section(
@@ -118,9 +127,11 @@ def sampler_health_section(
             for c in health.checks
         ]
     )
-    cls = "pass" if health.ok else "fail"
-    body = f"<p class='verdict {cls}'>{html.escape(health.verdict)}</p>" + table_html(frame)
-    md = f"**{health.verdict}**\n\n" + table_md(frame)
+    from cmp_bayes.reporting.actions import health_headline
+
+    verdict, cls = health_headline(health)  # "PASS with 2 warnings" when the table warns
+    body = f"<p class='verdict {cls}'>{html.escape(verdict)}</p>" + table_html(frame)
+    md = f"**{verdict}**\n\n" + table_md(frame)
     if attempts:
         note, table = _attempts_table(attempts)
         body += paragraph_html(note) + table_html(table)
@@ -204,8 +215,10 @@ def hyperparameter_section(posterior: xr.DataTree, hyper: list[str]) -> Section:
 def trace_rank_section(posterior: xr.DataTree, hyper: list[str]) -> Section:
     """Trace + density and rank plots of the hyperparameters."""
     lead = (
-        "Trace: chains should overlap like noise around one level. Rank: each chain's "
-        "line should stay inside the band; a chain above or below it sampled a different region."
+        "Trace: chains should overlap like noise around one level (left: each chain's density; "
+        "right: its draws). Rank: each chain's line is its rank ECDF minus the uniform one and "
+        "should stay near 0; p in each panel is the multi-chain uniformity test (below "
+        "alpha = 0.01 the chains disagree, and the points driving it are marked)."
     )
     if not hyper:
         return Section(
@@ -246,8 +259,14 @@ def trace_rank_section(posterior: xr.DataTree, hyper: list[str]) -> Section:
     return Section("trace-rank", "Trace and rank plots", lead, body, md, images)
 
 
-def forest_section(posterior: xr.DataTree, ident: pd.DataFrame) -> Section:
-    """Forest plot of memory-level tau for the most useful and the most harmful memories."""
+def forest_section(
+    posterior: xr.DataTree, ident: pd.DataFrame, *, threshold: float | None = None
+) -> Section:
+    """Forest plot of memory-level tau for the most useful and the most harmful memories.
+
+    ``threshold`` (outcome units; the decisions' ``Costs.threshold`` when their
+    estimand is tau) is drawn as a dashed line; None draws none.
+    """
     var = memory_var(posterior, "tau")
     keep = [c for c in ("memory_id", "text", "status") if c in ident]
     summ = tau_summary(posterior).merge(ident[keep], on="memory_id", how="left")
@@ -264,9 +283,23 @@ def forest_section(posterior: xr.DataTree, ident: pd.DataFrame) -> Section:
     lead = (
         "Conditional utility tau (change in the success probability when the memory is in "
         f"the context) for {which}, most useful first; thick bar 50%, thin bar "
-        f"{CI_PROB:.0%} ({CI_KIND.upper()})."
+        f"{CI_PROB:.0%} ({CI_KIND.upper()}); solid line at 0 (no effect)"
+        + (
+            f", dashed line at the decision threshold {threshold:g} (useful above it)"
+            if threshold is not None
+            else ""
+        )
+        + ". Hollow points with dashed or dotted bars are memories the design does not "
+        "identify (retrieved-only, unidentified): their interval is not evidence about them."
     )
-    uri = plots.forest_plot(posterior, var, chosen["memory_id"].tolist())
+    status = (
+        dict(zip(ident["memory_id"].astype(str), ident["status"].astype(str), strict=True))
+        if "status" in ident
+        else {}
+    )
+    uri = plots.forest_plot(
+        posterior, var, chosen["memory_id"].tolist(), status=status, threshold=threshold
+    )
     frame = chosen.rename(
         columns={
             "tau_mean": "tau mean",
