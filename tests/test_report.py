@@ -22,7 +22,7 @@ from cmp_bayes.constants import CI_PROB, UNIDENTIFIED
 from cmp_bayes.errors import PosteriorError
 from cmp_bayes.posterior.health import sampler_health
 from cmp_bayes.posterior.io import save_posterior
-from cmp_bayes.reporting import plots
+from cmp_bayes.reporting import ppc_plots
 from cmp_bayes.reporting.blocks import FOREST_EACH_END, SECTION_IDS, fmt, identification_frame
 from cmp_bayes.reporting.checks import loo_section, ppc_section, predictive_coverage
 from cmp_bayes.reporting.html import report
@@ -215,7 +215,7 @@ def test_missing_sample_stats_is_not_recorded_not_pass() -> None:
 
 
 def test_binary_calibration_tree_keeps_every_exposure(posterior: xr.DataTree) -> None:
-    tree = plots.binary_calibration_tree(posterior)
+    tree = ppc_plots.binary_calibration_tree(posterior)
     obs = posterior["observed_data"]
     assert tree is not None
     observed = tree["observed_data"]["outcome"].to_numpy()

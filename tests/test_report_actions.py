@@ -23,7 +23,7 @@ from cmp_bayes.decision.recommend import recommend_exposures
 from cmp_bayes.decision.rule import DecisionWarning, decide
 from cmp_bayes.posterior.health import sampler_health
 from cmp_bayes.posterior.sampling_checks import Check
-from cmp_bayes.reporting import actions, plots
+from cmp_bayes.reporting import actions, plots, ppc_plots, reason_codes
 from cmp_bayes.reporting.blocks import identification_frame
 from cmp_bayes.reporting.html import report
 from cmp_bayes.reporting.sections import forest_section, sampler_health_section
@@ -140,12 +140,12 @@ def test_a_pass_with_advisory_warnings_names_them_at_the_top_and_in_the_table(
 )
 def test_every_reason_has_a_code(kwargs: dict, costs: Costs | None) -> None:
     d = _decide(synthetic_posterior(**kwargs), costs)
-    codes = actions.reason_codes(d.table)
-    assert actions.OTHER_CODE not in set(codes), d.table.loc[codes == actions.OTHER_CODE, "reason"]
+    codes = reason_codes.reason_codes(d.table)
+    assert reason_codes.OTHER_CODE not in set(codes), d.table.loc[codes == reason_codes.OTHER_CODE, "reason"]
     # a code belongs to its row's action
-    action_of = {rc.code: rc.action for rc in actions.REASON_CODES}
+    action_of = {rc.code: rc.action for rc in reason_codes.REASON_CODES}
     assert all(action_of[c] == a for c, a in zip(codes, d.table["action"], strict=True))
-    legend = actions.reason_legend(d.table)
+    legend = reason_codes.reason_legend(d.table)
     assert legend["memories"].sum() == len(d) and legend["code"].is_unique
     if costs is not None:
         assert "F2" in set(codes)
@@ -157,8 +157,8 @@ def test_an_unknown_reason_is_listed_with_its_own_sentence() -> None:
     d = _decide(synthetic_posterior(n_memories=6, draws=100, seed=2))
     table = d.table.copy()
     table.loc[0, "reason"] = "a reason nobody wrote yet"
-    legend = actions.reason_legend(table)
-    row = legend[legend["code"] == actions.OTHER_CODE]
+    legend = reason_codes.reason_legend(table)
+    row = legend[legend["code"] == reason_codes.OTHER_CODE]
     assert row["meaning"].tolist() == ["a reason nobody wrote yet"] and row["memories"].tolist() == [1]
 
 
@@ -172,7 +172,7 @@ def test_decisions_section_shows_codes_a_legend_and_defines_expected_value(
     for reason in d.table["reason"]:
         assert reason not in sec
     assert "<th>why</th>" in sec and "Reason codes" in sec
-    for code in set(actions.reason_codes(d.table)):
+    for code in set(reason_codes.reason_codes(d.table)):
         assert f"<td>{code}</td>" in sec
     assert "expected_value = the posterior mean of tau" in sec and "outcome units" in sec
     assert "p_useful = P(tau &gt; 0.05)" in sec
@@ -285,12 +285,12 @@ def test_rank_panels_are_labelled_and_the_lead_mentions_no_band(
 
 
 def test_ppc_axes_say_what_they_are_and_no_cep(posterior: xr.DataTree, page: tuple[str, str]) -> None:
-    tree = plots.binary_calibration_tree(posterior)
+    tree = ppc_plots.binary_calibration_tree(posterior)
     assert tree is not None
-    fig = plots.ppc_binary_figure(tree)
+    fig = ppc_plots.ppc_binary_figure(tree)
     labelled = [ax for ax in fig.axes if ax.has_data()]
-    assert labelled and all(ax.get_ylabel() == plots.PPC_YLABEL for ax in labelled)
-    assert all(ax.get_xlabel() == plots.PPC_XLABEL for ax in labelled)
+    assert labelled and all(ax.get_ylabel() == ppc_plots.PPC_YLABEL for ax in labelled)
+    assert all(ax.get_xlabel() == ppc_plots.PPC_XLABEL for ax in labelled)
     assert "CEP" not in {t.get_text() for t in fig.findobj(Text)}
     import matplotlib.pyplot as plt
 

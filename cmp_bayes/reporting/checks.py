@@ -12,7 +12,7 @@ import pandas as pd
 import xarray as xr
 
 from cmp_bayes.constants import CI_PROB
-from cmp_bayes.reporting import plots
+from cmp_bayes.reporting import ppc_plots
 from cmp_bayes.reporting.blocks import Section, figure_html, paragraph_html, table_html, table_md
 
 
@@ -33,11 +33,11 @@ def ppc_section(posterior: xr.DataTree) -> Section:
             "Calibration (PAVA) of the exposed-arm outcomes: the line should follow the "
             "diagonal inside the band; above it the model predicts too low, below too high."
         )
-        tree = plots.binary_calibration_tree(posterior)
-        uri = plots.ppc_binary_plot(tree) if tree is not None else None
+        tree = ppc_plots.binary_calibration_tree(posterior)
+        uri = ppc_plots.ppc_binary_plot(tree) if tree is not None else None
     else:
         lead = "Observed vs predicted exposed-arm mean outcome per memory (fractional outcomes)."
-        uri = plots.ppc_fractional_plot(posterior)
+        uri = ppc_plots.ppc_fractional_plot(posterior)
     body = ""
     if uri:
         images.append(uri)
@@ -54,7 +54,7 @@ def _no_check_reason(posterior: xr.DataTree) -> str:
     missing = [g for g in ("posterior_predictive", "observed_data") if g not in posterior.children]
     if missing:
         return f"the posterior has no {' / '.join(missing)} group."
-    if plots.exposed_arm(posterior) is None:
+    if ppc_plots.exposed_arm(posterior) is None:
         return "the predictive groups hold no exposed-arm success counts (exposed_outcome_sum)."
     return "no memory has exposed-arm outcomes (none was ever exposed at random)."
 
@@ -62,7 +62,7 @@ def _no_check_reason(posterior: xr.DataTree) -> str:
 def predictive_coverage(posterior: xr.DataTree) -> tuple[float, int] | None:
     """Share of memories with exposures whose observed exposed successes lie in the CI_PROB
     posterior predictive interval, and the number of such memories."""
-    found = plots.exposed_arm(posterior)
+    found = ppc_plots.exposed_arm(posterior)
     if found is None:
         return None
     obs, pp, name = found
