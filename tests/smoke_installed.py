@@ -5,7 +5,7 @@ runs it with the fresh environment's Python, from a folder outside the
 source tree, after ``cmp-bayes demo`` has run there. It fails (exit 1, with
 the reason) when the package imported is not the installed one, when a
 package-data file did not ship (the example log, the report template,
-``py.typed``), when the wheel lacks ``LICENSE`` or the changelog, or when the
+``py.typed``), when the wheel lacks ``LICENSE`` or ``CHANGELOG.md``, or when the
 demo's outputs are not what the demo promises.
 
 Usage: ``python smoke_installed.py WHEEL DEMO_DIR``.
@@ -49,6 +49,11 @@ def main(wheel: Path, demo_dir: Path) -> None:
         text = zf.read(meta).decode()
     check("License-Expression: MIT" in text, "the MIT licence expression in METADATA")
     check("# Changelog" in text and "## [Unreleased]" in text, "the changelog in METADATA")
+    check(any(n.endswith(".data/data/share/doc/cmp-bayes/CHANGELOG.md") for n in names),
+          "CHANGELOG.md in the wheel")
+    installed = Path(sys.prefix) / "share" / "doc" / "cmp-bayes" / "CHANGELOG.md"
+    check(installed.is_file() and installed.read_text().startswith("# Changelog"),
+          f"CHANGELOG.md installed ({installed})")
 
     # the demo's outputs: a posterior that loads, a report, one decision per memory
     posterior = cmp_bayes.load_posterior(demo_dir / "models" / "demo.nc")
