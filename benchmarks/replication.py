@@ -46,6 +46,10 @@ JOBS: dict[str, str] = {
     "exp_locomo_conv42_perquery_bm25": "experiment --dataset locomo --conversations conv-42 --draws 300 --tune 300 --per-query-fit --data {data}/locomo/locomo10.json",
     "exp_locomo_bm25": "experiment --dataset locomo --draws 300 --tune 300 --data {data}/locomo/locomo10.json",
     "exp_locomo_best_bm25": "experiment --dataset locomo --draws 300 --tune 300 --rank-summary best --data {data}/locomo/locomo10.json",
+    # a real reader (issue 18): SmolLM2-135M reads each step's context (extra `reader`), and the
+    # same 40 stores with the semi-synthetic reader beside it
+    "exp_hotpotqa40_llm_bm25": "experiment --dataset hotpotqa --limit 40 --slots 4 --exposure-slots 1 --draws 300 --tune 300 --reader llm --data {data}/hotpotqa/hotpot_dev_distractor_sample200.jsonl",
+    "exp_hotpotqa40_bm25": "experiment --dataset hotpotqa --limit 40 --slots 4 --exposure-slots 1 --draws 300 --tune 300 --data {data}/hotpotqa/hotpot_dev_distractor_sample200.jsonl",
     "exp_hotpotqa_bm25": "experiment --dataset hotpotqa --slots 4 --exposure-slots 1 --draws 300 --tune 300 --data {data}/hotpotqa/hotpot_dev_distractor_sample200.jsonl",
     "exp_musique_bm25": "experiment --dataset musique --slots 6 --exposure-slots 2 --draws 300 --tune 300 --data {data}/musique/musique_ans_dev_sample200.jsonl",
 }
