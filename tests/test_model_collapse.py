@@ -68,3 +68,19 @@ def test_sample_rows_draws_each_rows_distribution() -> None:
         # each cell's count is Binomial(n, p): 5 sd of the frequency (~1e-6 false alarms per cell)
         assert np.all(np.abs(freq - p) <= 5 * np.sqrt(p * (1 - p) / n) + 1e-12), (r, freq, p)
     assert not np.isin(sample_rows(dens, np.full(n, 1), rng.random(n)), [3, 4, 5]).any()
+
+
+def test_sample_rows_survives_a_row_of_subnormal_mass() -> None:
+    # A row whose total is subnormal has no finite reciprocal; before the fix its
+    # 0 * inf = NaN ran through the shared cumulative sum and broke every later row.
+    rng = np.random.default_rng(2)
+    dens = rng.random((4, 9)) ** 3
+    dens[1, :4] = 0.0
+    dens[1] *= 1e-310 / dens[1].sum()
+    assert 0 < dens[1].sum() < np.finfo(float).tiny and np.isinf(1.0 / dens[1].sum())
+    n = 40_000
+    for r in range(4):
+        idx = sample_rows(dens, np.full(n, r), rng.random(n))
+        freq = np.bincount(idx, minlength=9) / n
+        p = dens[r] / dens[r].sum()
+        assert np.all(np.abs(freq - p) <= 5 * np.sqrt(p * (1 - p) / n) + 1e-12), (r, freq, p)

@@ -109,9 +109,16 @@ def sample_rows(
     """
     r, g = dens.shape
     tot = dens.sum(axis=1, keepdims=True)
-    with np.errstate(divide="ignore"):
+    with np.errstate(divide="ignore", over="ignore"):
         inv = np.where(tot > 0, 1.0 / tot, 0.0)
-    flat = np.multiply(dens, inv, out=None if scratch is None else scratch.reshape(r, g)).ravel()
+    rows = np.multiply(dens, inv, out=None if scratch is None else scratch.reshape(r, g))
+    # A row whose mass is subnormal (a likelihood that underflowed to ~1e-310) has no
+    # finite reciprocal: 1 / tot is inf, and inf * 0 is NaN, which the one cumulative
+    # sum below would carry into every later row. Such rows divide exactly instead.
+    tiny = np.flatnonzero(np.isinf(inv[:, 0]))
+    if tiny.size:
+        rows[tiny] = dens[tiny] / tot[tiny]
+    flat = rows.ravel()
     np.cumsum(flat, out=flat)
     start = np.concatenate([[0.0], flat[g - 1 :: g]])  # running sum before each row
     target = start[row] + u * (start[row + 1] - start[row])
