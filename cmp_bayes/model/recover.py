@@ -109,9 +109,9 @@ def sample_rows(
     """
     r, g = dens.shape
     tot = dens.sum(axis=1, keepdims=True)
-    with np.errstate(divide="ignore", over="ignore"):
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
         inv = np.where(tot > 0, 1.0 / tot, 0.0)
-    rows = np.multiply(dens, inv, out=None if scratch is None else scratch.reshape(r, g))
+        rows = np.multiply(dens, inv, out=None if scratch is None else scratch.reshape(r, g))
     # A row whose mass is subnormal (a likelihood that underflowed to ~1e-310) has no
     # finite reciprocal: 1 / tot is inf, and inf * 0 is NaN, which the one cumulative
     # sum below would carry into every later row. Such rows divide exactly instead.
