@@ -49,6 +49,7 @@ JOBS: dict[str, str] = {
     # a real reader (issue 18): SmolLM2-135M reads each step's context (extra `reader`), and the
     # same 40 stores with the semi-synthetic reader beside it
     "exp_hotpotqa40_llm_bm25": "experiment --dataset hotpotqa --limit 40 --slots 4 --exposure-slots 1 --draws 300 --tune 300 --reader llm --data {data}/hotpotqa/hotpot_dev_distractor_sample200.jsonl",
+    "exp_hotpotqa40_llm_binary_bm25": "experiment --dataset hotpotqa --limit 40 --slots 4 --exposure-slots 1 --draws 300 --tune 300 --reader llm --reader-outcome binary --data {data}/hotpotqa/hotpot_dev_distractor_sample200.jsonl",
     "exp_hotpotqa40_bm25": "experiment --dataset hotpotqa --limit 40 --slots 4 --exposure-slots 1 --draws 300 --tune 300 --data {data}/hotpotqa/hotpot_dev_distractor_sample200.jsonl",
     "exp_hotpotqa_bm25": "experiment --dataset hotpotqa --slots 4 --exposure-slots 1 --draws 300 --tune 300 --data {data}/hotpotqa/hotpot_dev_distractor_sample200.jsonl",
     "exp_musique_bm25": "experiment --dataset musique --slots 6 --exposure-slots 2 --draws 300 --tune 300 --data {data}/musique/musique_ans_dev_sample200.jsonl",
