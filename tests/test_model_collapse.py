@@ -55,18 +55,23 @@ def test_collapsed_potentials_equal_the_sum_over_memories(small) -> None:
     np.testing.assert_allclose(pots[1], rho_ref, rtol=1e-9)
 
 
+def _assert_each_row_drawn_by_its_shape(dens: np.ndarray, rng: np.random.Generator, n: int = 40_000) -> int:
+    """Draw ``n`` cells from each row of ``dens`` and compare the frequencies with its shape."""
+    for r in range(dens.shape[0]):
+        idx = sample_rows(dens, np.full(n, r), rng.random(n))
+        freq = np.bincount(idx, minlength=dens.shape[1]) / n
+        p = dens[r] / dens[r].sum()
+        # each cell's count is Binomial(n, p): 5 sd of the frequency (~1e-6 false alarms per cell)
+        assert np.all(np.abs(freq - p) <= 5 * np.sqrt(p * (1 - p) / n) + 1e-12), (r, freq, p)
+    return n
+
+
 def test_sample_rows_draws_each_rows_distribution() -> None:
     rng = np.random.default_rng(1)
     dens = rng.random((4, 9)) ** 3
     dens[1, 3:6] = 0.0  # zero-mass cells are never drawn
     dens[2] *= 1e-12  # a row of tiny mass is drawn as its own shape, not lost in rounding
-    n = 40_000
-    for r in range(4):
-        idx = sample_rows(dens, np.full(n, r), rng.random(n))
-        freq = np.bincount(idx, minlength=9) / n
-        p = dens[r] / dens[r].sum()
-        # each cell's count is Binomial(n, p): 5 sd of the frequency (~1e-6 false alarms per cell)
-        assert np.all(np.abs(freq - p) <= 5 * np.sqrt(p * (1 - p) / n) + 1e-12), (r, freq, p)
+    n = _assert_each_row_drawn_by_its_shape(dens, rng)
     assert not np.isin(sample_rows(dens, np.full(n, 1), rng.random(n)), [3, 4, 5]).any()
 
 
@@ -78,9 +83,4 @@ def test_sample_rows_survives_a_row_of_subnormal_mass() -> None:
     dens[1, :4] = 0.0
     dens[1] *= 1e-310 / dens[1].sum()
     assert 0 < dens[1].sum() < np.finfo(float).tiny and np.isinf(1.0 / dens[1].sum())
-    n = 40_000
-    for r in range(4):
-        idx = sample_rows(dens, np.full(n, r), rng.random(n))
-        freq = np.bincount(idx, minlength=9) / n
-        p = dens[r] / dens[r].sum()
-        assert np.all(np.abs(freq - p) <= 5 * np.sqrt(p * (1 - p) / n) + 1e-12), (r, freq, p)
+    _assert_each_row_drawn_by_its_shape(dens, rng)
