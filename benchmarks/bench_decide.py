@@ -45,7 +45,7 @@ import xarray as xr
 from cmp_bayes.atomic import write_text_atomic
 from cmp_bayes.decision import rule
 from cmp_bayes.decision.draws import MemoryDraws
-from cmp_bayes.decision.preposterior import _N_GRID, reweighted_p
+from cmp_bayes.decision.preposterior import plain_scan
 from cmp_bayes.posterior import sampling_checks
 from cmp_bayes.testing import synthetic_posterior
 from cmp_bayes.testing.posterior import memory_table
@@ -59,38 +59,6 @@ def arviz_memory_rhat(draws: xr.DataArray, memories: np.ndarray) -> np.ndarray:
         return np.full(len(memories), np.nan)
     sub = draws.sel(memory=list(memories))
     return sampling_checks.rhat(xr.Dataset({"x": sub}))["x"].to_numpy().astype("float64")
-
-
-def plain_scan(
-    estimand: np.ndarray, tau: np.ndarray, threshold: float, forget_below: float, start: np.ndarray
-) -> np.ndarray:
-    """exposures_to_resolve before its screening bound: every try reweights all draws twice."""
-    m = estimand.shape[0]
-    out = np.full(m, np.nan)
-    if m == 0:
-        return out
-    useful = estimand > threshold
-    n_useful = useful.sum(axis=1)
-    n_useless = (~useful).sum(axis=1)
-    hat_useless = np.where(
-        n_useless > 0, (tau * ~useful).sum(axis=1) / np.maximum(n_useless, 1), 0.0
-    )
-    hat_useful = np.where(n_useful > 0, (tau * useful).sum(axis=1) / np.maximum(n_useful, 1), 0.0)
-    tau_hat = np.stack([hat_useless, hat_useful], axis=1)
-    todo = np.ones(m, dtype=bool)
-    start = np.asarray(start, dtype="float64")
-    for i, n in enumerate(_N_GRID):
-        idx = np.flatnonzero(todo & ((n >= start) | (i == 0)))
-        if idx.size == 0:
-            continue
-        n_eff = np.maximum(float(n), start[idx])
-        p = reweighted_p(estimand[idx], tau[idx], tau_hat[idx], n_eff, threshold)
-        done = (p[:, 0] < forget_below) & ((p[:, 1] >= forget_below) | (n_useful[idx] == 0))
-        out[idx[done]] = n_eff[done]
-        todo[idx[done]] = False
-        if not todo.any():
-            break
-    return out
 
 
 def xarray_summaries(self: MemoryDraws, threshold: float) -> tuple[np.ndarray, np.ndarray]:

@@ -17,7 +17,7 @@ from cmp_bayes.constants import IDENTIFIED, RETRIEVED_ONLY, UNIDENTIFIED
 from cmp_bayes.decision import rule
 from cmp_bayes.decision.costs import Costs
 from cmp_bayes.decision.decisions import DEFER, FORGET
-from cmp_bayes.decision.preposterior import MAX_EXPOSURES
+from cmp_bayes.decision.preposterior import MAX_EXPOSURES, plain_scan
 from cmp_bayes.decision.reasons import reason_texts, times
 from cmp_bayes.decision.rule import decide
 from cmp_bayes.posterior.health import SamplerHealth
@@ -227,40 +227,6 @@ def test_memory_draws_numpy_is_the_stacked_thinned_selection() -> None:
 
 # --- issue 15, decide at 100k: the screened preposterior scan, the R-hat kernel's
 # --- tie ranks and gathers, and P(useful) / means without xarray's copy
-
-
-def plain_scan(
-    estimand: np.ndarray, tau: np.ndarray, threshold: float, forget_below: float, start: np.ndarray
-) -> np.ndarray:
-    """exposures_to_resolve as it was: reweighted_p of both tau_hat at every try."""
-    from cmp_bayes.decision.preposterior import _N_GRID, reweighted_p
-
-    m = estimand.shape[0]
-    out = np.full(m, np.nan)
-    if m == 0:
-        return out
-    useful = estimand > threshold
-    n_useful = useful.sum(axis=1)
-    n_useless = (~useful).sum(axis=1)
-    hat_useless = np.where(
-        n_useless > 0, (tau * ~useful).sum(axis=1) / np.maximum(n_useless, 1), 0.0
-    )
-    hat_useful = np.where(n_useful > 0, (tau * useful).sum(axis=1) / np.maximum(n_useful, 1), 0.0)
-    tau_hat = np.stack([hat_useless, hat_useful], axis=1)
-    todo = np.ones(m, dtype=bool)
-    start = np.asarray(start, dtype="float64")
-    for i, n in enumerate(_N_GRID):
-        idx = np.flatnonzero(todo & ((n >= start) | (i == 0)))
-        if idx.size == 0:
-            continue
-        n_eff = np.maximum(float(n), start[idx])
-        p = reweighted_p(estimand[idx], tau[idx], tau_hat[idx], n_eff, threshold)
-        done = (p[:, 0] < forget_below) & ((p[:, 1] >= forget_below) | (n_useful[idx] == 0))
-        out[idx[done]] = n_eff[done]
-        todo[idx[done]] = False
-        if not todo.any():
-            break
-    return out
 
 
 def preposterior_draws(m: int, d: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

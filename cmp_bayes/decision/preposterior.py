@@ -154,6 +154,45 @@ def exposures_to_resolve(
     return out
 
 
+def plain_scan(
+    estimand: np.ndarray, tau: np.ndarray, threshold: float, forget_below: float, start: np.ndarray
+) -> np.ndarray:
+    """:func:`exposures_to_resolve` without its screening bound, the reference it is held to.
+
+    Every try reweights all draws for both ``tau_hat`` (twice the work), so it
+    is kept out of ``decide``; ``tests/test_fast_decide.py`` checks that the
+    screened scan returns the same numbers, and ``benchmarks/bench_decide.py``
+    times it as the "before" kernel. Arguments and result as
+    :func:`exposures_to_resolve`.
+    """
+    m = estimand.shape[0]
+    out = np.full(m, np.nan)
+    if m == 0:
+        return out
+    useful = estimand > threshold
+    n_useful = useful.sum(axis=1)
+    n_useless = (~useful).sum(axis=1)
+    hat_useless = np.where(
+        n_useless > 0, (tau * ~useful).sum(axis=1) / np.maximum(n_useless, 1), 0.0
+    )
+    hat_useful = np.where(n_useful > 0, (tau * useful).sum(axis=1) / np.maximum(n_useful, 1), 0.0)
+    tau_hat = np.stack([hat_useless, hat_useful], axis=1)
+    todo = np.ones(m, dtype=bool)
+    start = np.asarray(start, dtype="float64")
+    for i, n in enumerate(_N_GRID):
+        idx = np.flatnonzero(todo & ((n >= start) | (i == 0)))
+        if idx.size == 0:
+            continue
+        n_eff = np.maximum(float(n), start[idx])
+        p = reweighted_p(estimand[idx], tau[idx], tau_hat[idx], n_eff, threshold)
+        done = (p[:, 0] < forget_below) & ((p[:, 1] >= forget_below) | (n_useful[idx] == 0))
+        out[idx[done]] = n_eff[done]
+        todo[idx[done]] = False
+        if not todo.any():
+            break
+    return out
+
+
 def _p_after(
     estimand: np.ndarray,
     tau: np.ndarray,
