@@ -51,6 +51,18 @@ JOBS: dict[str, str] = {
     "exp_hotpotqa40_llm_bm25": "experiment --dataset hotpotqa --limit 40 --slots 4 --exposure-slots 1 --draws 300 --tune 300 --reader llm --data {data}/hotpotqa/hotpot_dev_distractor_sample200.jsonl",
     "exp_hotpotqa40_llm_binary_bm25": "experiment --dataset hotpotqa --limit 40 --slots 4 --exposure-slots 1 --draws 300 --tune 300 --reader llm --reader-outcome binary --data {data}/hotpotqa/hotpot_dev_distractor_sample200.jsonl",
     "exp_hotpotqa40_bm25": "experiment --dataset hotpotqa --limit 40 --slots 4 --exposure-slots 1 --draws 300 --tune 300 --data {data}/hotpotqa/hotpot_dev_distractor_sample200.jsonl",
+    # a real reader on a shared store (issue 18): a LoCoMo conversation's single-hop questions, window design
+    "exp_locomo_conv30_single_llm_bm25": "experiment --dataset locomo --conversations conv-30 --categories 4 --slots 6 --exposure-slots 2 --assignment window --window 8 --pool-slots 1 --exposures 4 --draws 300 --tune 300 --reader llm --data {data}/locomo/locomo10.json",
+    "exp_locomo_conv30_single_bm25": "experiment --dataset locomo --conversations conv-30 --categories 4 --slots 6 --exposure-slots 2 --assignment window --window 8 --pool-slots 1 --exposures 4 --draws 300 --tune 300 --data {data}/locomo/locomo10.json",
+    # the measured reader (issue 18): SmolLM2's curve per benchmark from designed calls, then the
+    # semi-synthetic runs with it in place of the hand-picked gain (run the cal_* jobs first)
+    "cal_hotpotqa_llm": "calibrate-reader --dataset hotpotqa --limit 60 --calls 300 --slots 2 4 6 --data {data}/hotpotqa/hotpot_dev_distractor_sample200.jsonl",
+    "cal_locomo_llm": "calibrate-reader --dataset locomo --conversations conv-26 conv-30 --categories 4 --calls 300 --slots 4 6 10 --data {data}/locomo/locomo10.json",
+    "cal_longmemeval_llm": "calibrate-reader --dataset longmemeval --limit 30 --calls 200 --slots 4 6 10 --data {data}/longmemeval/longmemeval_s_cleaned.jsonl.xz",
+    "exp_hotpotqa40_measured_bm25": "experiment --dataset hotpotqa --limit 40 --slots 4 --exposure-slots 1 --draws 300 --tune 300 --reader measured --reader-curve " + str(OUT / "cal_hotpotqa_llm.json") + " --data {data}/hotpotqa/hotpot_dev_distractor_sample200.jsonl",
+    "exp_locomo_conv30_single_measured_bm25": "experiment --dataset locomo --conversations conv-30 --categories 4 --slots 6 --exposure-slots 2 --assignment window --window 8 --pool-slots 1 --exposures 4 --draws 300 --tune 300 --reader measured --reader-curve " + str(OUT / "cal_locomo_llm.json") + " --data {data}/locomo/locomo10.json",
+    "exp_locomo_conv42_measured_bm25": "experiment --dataset locomo --conversations conv-42 --draws 300 --tune 300 --reader measured --reader-curve " + str(OUT / "cal_locomo_llm.json") + " --data {data}/locomo/locomo10.json",
+    "exp_longmemeval30_measured_bm25": "experiment --dataset longmemeval --limit 30 --draws 300 --tune 300 --reader measured --reader-curve " + str(OUT / "cal_longmemeval_llm.json") + " --data {data}/longmemeval/longmemeval_s_cleaned.jsonl.xz",
     "exp_hotpotqa_bm25": "experiment --dataset hotpotqa --slots 4 --exposure-slots 1 --draws 300 --tune 300 --data {data}/hotpotqa/hotpot_dev_distractor_sample200.jsonl",
     "exp_musique_bm25": "experiment --dataset musique --slots 6 --exposure-slots 2 --draws 300 --tune 300 --data {data}/musique/musique_ans_dev_sample200.jsonl",
 }

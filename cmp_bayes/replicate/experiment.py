@@ -74,6 +74,9 @@ class ExperimentResult:
         ("fractional" / "binary"); None for the semi-synthetic reader model.
     reader_calls : dict
         The text reader's calls (:class:`~cmp_bayes.replicate.reading.ReadingSummary`); empty otherwise.
+    localization : dict
+        The paper's localization check (:func:`localization_check`): AUCs on
+        memories both retrieved at some step and exposed at others.
     """
 
     dataset: str
@@ -92,6 +95,7 @@ class ExperimentResult:
     reader_name: str | None = None
     reader_outcome: str | None = None
     reader_calls: dict[str, Any] = field(default_factory=dict)
+    localization: dict[str, Any] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -123,6 +127,8 @@ class ExperimentResult:
         }
         if self.holdout:
             out["holdout"] = self.holdout
+        if self.localization:
+            out["localization"] = self.localization
         if self.reader_name is not None:
             out["reader_outcome"] = self.reader_outcome
             out["reader_calls"] = self.reader_calls
@@ -160,6 +166,12 @@ class ExperimentResult:
                 f"  AUC {d['method']} - {d['baseline']} ({d['subset']}, n={d['n']}): {_f(d['diff'])} "
                 f"[{_f(d['ci_low'])}, {_f(d['ci_high'])}], P(diff <= 0) = {_f(d['p_le_0'])}"
             )
+        loc = self.localization
+        if loc and loc["auc"]:
+            aucs = ", ".join(f"{k} {_f(v)}" for k, v in loc["auc"].items())
+            lines.append(f"  localization (retrieved and exposed: {loc['memories']} memories, {loc['required']} required): {aucs}")
+            for d in loc["auc_difference"]:
+                lines.append(f"    {d['method']} - {d['baseline']}: {_f(d['diff'])} [{_f(d['ci_low'])}, {_f(d['ci_high'])}]")
         if self.fit_health:
             lines.append(f"  fit: {self.fit_health}")
         lines += _holdout_text(self.holdout)
@@ -351,6 +363,7 @@ def run_experiment(
                         seed=config.seed,
                     )
                 )
+    local = localization_check(per_memory, max(config.n_boot, 1000), config.seed)
     held: dict[str, Any] = {}
     if config.holdout > 0:
         from cmp_bayes.replicate.holdout import held_out_labels, memory_scores, score_holdout
@@ -370,10 +383,51 @@ def run_experiment(
         rz["quality_reader"] = f"eviction quality from the semi-synthetic model: {config.reader.describe()}"
     timings["store_randomization"] = time.perf_counter() - t0
     return ExperimentResult(dataset.name, retriever.name, dataset.granularity, config, summary, auc, rz, timings,
-                            fit_health, diffs, per_memory, dt, held,
+                            fit_health, diffs, per_memory, dt, held, localization=local,
                             reader_name=None if reader is None else reader.name,
                             reader_outcome=None if reader is None else reader_outcome,
                             reader_calls=reader_calls)
+
+
+def localization_check(per_memory: pd.DataFrame, n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
+    """The paper's localization check: the methods on memories that have both kinds of data.
+
+    Restricted to memories the retriever put in some context (``retrieved > 0``)
+    and that were also exposed at random at other steps (``exposed > 0``),
+    logged successes have what they need, so if they still disagree with CMP
+    the failure elsewhere is not positivity; if they agree here (the paper:
+    0.655 vs 0.658 AUC) while disagreeing over all memories, the failure is
+    placed in positivity.
+
+    Parameters
+    ----------
+    per_memory : pandas.DataFrame
+        :attr:`ExperimentResult.scores`.
+
+    Returns
+    -------
+    dict
+        ``memories``, ``required`` (counts in the subset), ``auc`` (method ->
+        AUC, NaN estimates ranked last) and ``auc_difference`` (each method
+        minus ``logged-success``, :func:`paired_auc_difference`); ``auc``
+        empty when the subset lacks a class.
+    """
+    from cmp_bayes.evaluation import auc
+
+    mask = (per_memory["retrieved"].to_numpy() > 0) & (per_memory["exposed"].to_numpy() > 0)
+    sub = per_memory.loc[mask]
+    y = sub["required"].to_numpy(bool)
+    out: dict[str, Any] = {"memories": int(mask.sum()), "required": int(y.sum()), "auc": {}, "auc_difference": []}
+    if y.all() or not y.any():
+        return out
+    methods = [m for m in ("logged-success", "hajek", "posterior") if m in sub]
+    for m in methods:
+        v = sub[m].to_numpy(np.float64)
+        out["auc"][m] = float(auc(np.where(np.isnan(v), -np.inf, v), y))
+    for m in methods[1:]:
+        out["auc_difference"].append({"method": m, "baseline": "logged-success"} | paired_auc_difference(
+            sub[m].to_numpy(np.float64), sub["logged-success"].to_numpy(np.float64), y, n_boot=n_boot, seed=seed))
+    return out
 
 
 def paired_auc_difference(

@@ -312,9 +312,9 @@ def _assemble(
         seen = b.evidence[q[:, None], top].sum(axis=1).astype(np.float64)
         np.add.at(seen, e_step - b.start, b.evidence[q[e_step - b.start], e_loc])
         share = np.where(n_ev[q] > 0, seen / np.maximum(n_ev[q], 1), 0.0)
-        # a text reader's outcomes come after the contexts are laid out; the model's stream stays untouched
-        outcome = reader.outcomes(b.base[q], share, rng) if semi_synthetic else np.full(b.steps, np.nan)
-        step_tab.append(pd.DataFrame({"step": t, "query_id": b.query_ids[q], "outcome": outcome, "group": b.groups[q]}))
+        # where the seen evidence sits: sum of its slots (retrieved slots are 0 .. r-1 in rank order)
+        slot_sum = (b.evidence[q[:, None], top] * np.arange(r)[None, :]).sum(axis=1).astype(np.float64)
+        width = np.full(b.steps, float(r))
         ctx_tab.append(
             pd.DataFrame(
                 {
@@ -339,6 +339,15 @@ def _assemble(
             if ex.arm is not None:
                 frame["arm"] = ex.arm[order]
             ctx_tab.append(pd.DataFrame(frame))
+            np.add.at(slot_sum, e_step - b.start, slot * b.evidence[q[e_step - b.start], e_loc])
+            np.add.at(width, e_step - b.start, 1.0)
+        # the evidence's mean slot scaled to [0, 1] (0 first); NaN without evidence in the context
+        with np.errstate(invalid="ignore", divide="ignore"):
+            position = np.where(seen > 0, slot_sum / np.maximum(seen, 1) / np.maximum(width - 1, 1), np.nan)
+        # drawn after the slots are laid out (no random numbers are used in between, so the
+        # stream is as before); a text reader's outcomes come later, the model's stream untouched
+        outcome = reader.outcomes(b.base[q], share, rng, position=position) if semi_synthetic else np.full(b.steps, np.nan)
+        step_tab.append(pd.DataFrame({"step": t, "query_id": b.query_ids[q], "outcome": outcome, "group": b.groups[q]}))
         m = len(b.memory_ids)
         if window:
             # a window design logs every step's ranking (the spec; the reader recomputes W_t from it)

@@ -134,15 +134,21 @@ class ReaderModel:
         """Per-query evidence-free success rates, shape ``(n_queries,)``."""
         return rng.beta(self.base_a, self.base_b, size=n_queries)
 
-    def probability(self, base: np.ndarray, share: np.ndarray, noise: np.ndarray | None = None) -> np.ndarray:
-        """Success probability per step from base rate and evidence share (arrays of one shape)."""
+    def probability(self, base: np.ndarray, share: np.ndarray, noise: np.ndarray | None = None,
+                    position: np.ndarray | None = None) -> np.ndarray:
+        """Success probability per step from base rate and evidence share (arrays of one shape).
+
+        ``position`` (where the evidence sits in the context) is ignored: this
+        model states no position effect; the measured reader's has one.
+        """
         p = base + self.gain * share
         if noise is not None:
             p = p + noise
         return np.clip(p, self.floor, self.ceil)
 
-    def outcomes(self, base: np.ndarray, share: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """Binary outcomes (float64 0/1) for steps with these base rates and evidence shares."""
+    def outcomes(self, base: np.ndarray, share: np.ndarray, rng: np.random.Generator,
+                 position: np.ndarray | None = None) -> np.ndarray:
+        """Binary outcomes (float64 0/1) for steps with these base rates and evidence shares (``position`` ignored)."""
         eps = rng.normal(0.0, self.noise, size=np.shape(share)) if self.noise > 0 else None
         return (rng.random(np.shape(share)) < self.probability(base, share, eps)).astype(np.float64)
 
