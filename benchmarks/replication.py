@@ -162,6 +162,15 @@ def record_provenance(path: Path, argv: list[str], started: str) -> None:
     write_text_atomic(path, json.dumps(d, indent=2) + "\n")
 
 
+def _reader_cell(d: dict) -> str:
+    """Which reader gave the outcomes: a text reader, the measured curve or the hand-picked gain."""
+    if d.get("label") == "real-reader":
+        return f"reader {d['reader']} ({d.get('reader_outcome')})"
+    if d["config"].get("measured_reader"):
+        return "measured reader"
+    return f"reader gain {d['config']['reader_gain']}"
+
+
 def print_tables() -> None:
     """Markdown rows of every experiment result under reports/replication/results/."""
     import json
@@ -174,7 +183,7 @@ def print_tables() -> None:
         log, rz = d["log"], d["store_randomization"]
         print(
             f"\n{path.stem}: {d['dataset']} ({d['granularity']}), B={d['config']['slots']}, k={d['config']['exposure_slots']}, "
-            f"reader gain {d['config']['reader_gain']}; {log['steps']} steps, {log['memories']} memories, "
+            f"{_reader_cell(d)}; {log['steps']} steps, {log['memories']} memories, "
             f"{log['required_memories']} required ({log['required_status_counts']}); required never retrieved "
             f"{100 * log['required_unidentified_share']:.1f}%; fit {d['fit_health']}"
         )
@@ -198,6 +207,12 @@ def print_tables() -> None:
             )
         else:
             print("no provenance recorded (run before the script recorded it)")
+        loc = d.get("localization") or {}
+        if loc.get("auc"):
+            print(f"localization ({loc['memories']} memories retrieved and exposed, {loc['required']} required): "
+                  + ", ".join(f"{k} {f(v)}" for k, v in loc["auc"].items())
+                  + "".join(f"; {x['method']} - logged {f(x['diff'])} [{f(x['ci_low'])}, {f(x['ci_high'])}]"
+                            for x in loc["auc_difference"]))
         lifts = ", ".join(f"{k} {v:.3f}" for k, v in rz["lift_by_rule"].items())
         print(
             f"store randomization: unchanged {100 * rz['unchanged_share']:.1f}% of {rz['perturbations']}; lift {lifts}"
