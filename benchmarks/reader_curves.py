@@ -53,8 +53,8 @@ def main() -> int:
         ax.set_xlabel("share of the question's evidence in the context")
         ax.set_ylim(0, 1)
         ax.grid(alpha=0.3)
+        ax.legend(fontsize=6.5, loc="upper left")  # each panel: the B of the panels differ
     axes[0][0].set_ylabel(f"mean score ({cals[0]['curve']['outcome']})")
-    axes[0][-1].legend(fontsize=7, loc="upper left")
     fig.suptitle(f"Measured reader ({cals[0]['reader']}): lines and 90% bands are the fit,\n"
                  "dots the raw means (size: calls); black: the hand-picked reader model", fontsize=10)
     fig.tight_layout()

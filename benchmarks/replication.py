@@ -63,6 +63,8 @@ JOBS: dict[str, str] = {
     "exp_locomo_conv30_single_measured_bm25": "experiment --dataset locomo --conversations conv-30 --categories 4 --slots 6 --exposure-slots 2 --assignment window --window 8 --pool-slots 1 --exposures 4 --draws 300 --tune 300 --reader measured --reader-curve " + str(OUT / "cal_locomo_llm.json") + " --data {data}/locomo/locomo10.json",
     "exp_locomo_conv42_measured_bm25": "experiment --dataset locomo --conversations conv-42 --draws 300 --tune 300 --reader measured --reader-curve " + str(OUT / "cal_locomo_llm.json") + " --data {data}/locomo/locomo10.json",
     "exp_longmemeval30_measured_bm25": "experiment --dataset longmemeval --limit 30 --draws 300 --tune 300 --reader measured --reader-curve " + str(OUT / "cal_longmemeval_llm.json") + " --data {data}/longmemeval/longmemeval_s_cleaned.jsonl.xz",
+    # conv-42 at gain 0.6 rerun by the code that adds the localization check (the round-3 file stays as quoted)
+    "exp_locomo_conv42_rerun_bm25": "experiment --dataset locomo --conversations conv-42 --draws 300 --tune 300 --data {data}/locomo/locomo10.json",
     "exp_hotpotqa_bm25": "experiment --dataset hotpotqa --slots 4 --exposure-slots 1 --draws 300 --tune 300 --data {data}/hotpotqa/hotpot_dev_distractor_sample200.jsonl",
     "exp_musique_bm25": "experiment --dataset musique --slots 6 --exposure-slots 2 --draws 300 --tune 300 --data {data}/musique/musique_ans_dev_sample200.jsonl",
 }
