@@ -228,3 +228,30 @@ def test_localization_check_by_hand() -> None:
     assert out["auc"] == {"logged-success": 0.75, "hajek": 1.0}
     assert out["auc_difference"][0]["diff"] == pytest.approx(0.25)
     assert localization_check(pm.assign(required=True))["auc"] == {}
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["calibrate-reader", "--dataset", "hotpotqa", "--calls", "5"], "--calls must be at least 10"),
+        (["calibrate-reader", "--dataset", "hotpotqa", "--slots", "0", "4"], "--slots positive"),
+        (["experiment", "--dataset", "hotpotqa", "--categories", "4"], "--categories applies to locomo only"),
+    ],
+)
+def test_cli_calibration_and_category_errors_are_one_line(capsys, args, says) -> None:
+    rc = main(["replicate", *args, "--data", str(need(HOTPOTQA)), "--limit", "3"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and says in err[0]
+
+
+def test_cli_locomo_categories_keep_only_those_questions(capsys) -> None:
+    from _replication_fixtures import LOCOMO
+
+    rc = main(["replicate", "positivity", "--dataset", "locomo", "--conversations", "conv-30", "--categories", "4",
+               "--slots", "6", "--json", "--data", str(need(LOCOMO))])
+    out = json.loads(capsys.readouterr().out)
+    # conv-30 has 44 single-hop (category 4) questions; only their group is left
+    assert rc == 0 and out["summary"]["queries"] == 44
+    assert {g["group"] for g in out["by_group"]} == {"single-hop"}
+    assert main(["replicate", "positivity", "--dataset", "locomo", "--categories", "9", "--data", str(need(LOCOMO))]) == 2
+    assert "categories are 1-5" in capsys.readouterr().err
