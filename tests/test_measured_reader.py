@@ -255,3 +255,29 @@ def test_cli_locomo_categories_keep_only_those_questions(capsys) -> None:
     assert {g["group"] for g in out["by_group"]} == {"single-hop"}
     assert main(["replicate", "positivity", "--dataset", "locomo", "--categories", "9", "--data", str(need(LOCOMO))]) == 2
     assert "categories are 1-5" in capsys.readouterr().err
+
+
+def test_deterministic_reader_repeats_the_outcome_of_a_repeated_context(hotpot20) -> None:
+    from dataclasses import replace
+
+    from cmp_bayes.replicate.layout import build_log
+    from cmp_bayes.retrieval.bm25 import BM25Retriever
+
+    cfg = ExperimentConfig(slots=4, exposure_slots=1, fit=False)
+    free, _ = build_log(hotpot20, BM25Retriever(), cfg)
+    fixed, _ = build_log(hotpot20, BM25Retriever(), replace(cfg, deterministic_reader=True))
+    ctx = fixed.contexts.sort_values(["step", "slot"]).groupby("step")["memory_id"].agg(tuple)
+    key = (fixed.steps["query_id"].astype(str) + "|" + ctx.reindex(fixed.steps["step"]).astype(str).to_numpy()).to_numpy()
+    # 20 stores x (3 fixed retrieved slots + 1 of 7 pool memories): 140 distinct contexts over 840 steps
+    assert len(set(key)) == 140 and len(key) == 840
+    assert fixed.steps.groupby(key)["outcome"].nunique().max() == 1  # one outcome per context
+    assert free.steps.groupby(key)["outcome"].nunique().max() == 2  # the default draws each step anew
+    first = ~pd.Series(key).duplicated().to_numpy()
+    np.testing.assert_array_equal(fixed.steps["outcome"][first], free.steps["outcome"][first])  # same draws, copied
+
+
+def test_cli_deterministic_reader_is_for_semi_synthetic_readers(capsys) -> None:
+    rc = main(["replicate", "experiment", "--dataset", "hotpotqa", "--data", str(need(HOTPOTQA)), "--limit", "2",
+               "--no-fit", "--reader", "llm", "--deterministic-reader"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "semi-synthetic readers" in err[0]

@@ -82,6 +82,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "to real reader calls (--reader-curve, from 'replicate calibrate-reader')")
     e.add_argument("--reader-curve", type=Path, metavar="JSON",
                    help="--reader measured: the reader curve (the JSON 'replicate calibrate-reader -o' writes)")
+    e.add_argument("--deterministic-reader", action="store_true",
+                   help="--reader model or measured: a step that repeats an earlier step's question and context "
+                        "gets that step's outcome, as an LLM at temperature 0 answers the same prompt the same way")
     _llm_options(e, "--reader llm")
     from cmp_bayes.replicate.config import EXPERIMENT_SAMPLER as S
 
@@ -212,6 +215,7 @@ def run(args: argparse.Namespace) -> int:
             window=args.window,
             pool_slots=0 if args.pool_slots is None else args.pool_slots,
             holdout=args.holdout,
+            deterministic_reader=args.deterministic_reader,
         )
         if args.reader == "measured":
             from cmp_bayes.replicate.measured_reader import ReaderCurve
@@ -222,6 +226,8 @@ def run(args: argparse.Namespace) -> int:
             config = replace(config, measured_reader=curve.point() | {"source": curve.describe()})
         elif args.reader_curve is not None:
             raise ConfigError("--reader-curve applies to --reader measured only")
+        if args.deterministic_reader and args.reader == "llm":
+            raise ConfigError("--deterministic-reader is for the semi-synthetic readers (an LLM reader is what it imitates)")
         reader = _text_reader(args)
         result = run_experiment(dataset, retriever, config, log_out=args.log_out, progress=progress,
                                 reader=reader, reader_outcome=args.reader_outcome)

@@ -102,6 +102,11 @@ class ExperimentConfig:
         from :class:`~cmp_bayes.replicate.measured_reader.MeasuredReader`
         instead of the hand-picked ``reader_gain`` (which is then unused).
         None (default): the hand-picked :class:`ReaderModel`.
+    deterministic_reader : bool
+        Semi-synthetic readers only: a step that repeats an earlier step's
+        question and context (the same memories in the same slots) gets that
+        step's outcome, as an LLM at temperature 0 gives the same answer to
+        the same prompt. False (default): every step is its own draw.
     """
 
     slots: int = 10
@@ -123,6 +128,7 @@ class ExperimentConfig:
     pool_slots: int = 0
     holdout: float = 0.0
     measured_reader: dict[str, Any] | None = None
+    deterministic_reader: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, ModelConfig):

@@ -226,6 +226,24 @@ def build_log(
     return log, blocks
 
 
+def _first_of_context(q: np.ndarray, top: np.ndarray, e_rel: np.ndarray, e_loc: np.ndarray) -> np.ndarray:
+    """Per step, the first step of its block with the same question and the same memories in the same slots.
+
+    ``top``: (steps, r) retrieved local indices in slot order; ``e_rel``, ``e_loc``:
+    each exposure's step (block-relative) and memory, already in slot order
+    within a step.
+    """
+    extra: list[list[int]] = [[] for _ in range(len(q))]
+    for t, m in zip(e_rel.tolist(), e_loc.tolist(), strict=True):
+        extra[t].append(m)
+    first: dict[tuple[int, ...], int] = {}
+    out = np.empty(len(q), dtype=np.int64)
+    for t in range(len(q)):
+        key = (int(q[t]), *top[t].tolist(), -1, *extra[t])
+        out[t] = first.setdefault(key, t)
+    return out
+
+
 def _held_out(n_q: int, share: float, rng: np.random.Generator | None) -> np.ndarray:
     """Local indices (sorted) of the store's held-out questions: ``round(share * n_q)``, at most ``n_q - 1``."""
     if rng is None or n_q < 2:
@@ -347,6 +365,10 @@ def _assemble(
         # drawn after the slots are laid out (no random numbers are used in between, so the
         # stream is as before); a text reader's outcomes come later, the model's stream untouched
         outcome = reader.outcomes(b.base[q], share, rng, position=position) if semi_synthetic else np.full(b.steps, np.nan)
+        if semi_synthetic and config.deterministic_reader:
+            # a step that repeats an earlier (question, context) gets that step's outcome, as from
+            # an LLM at temperature 0; the draws above are unchanged, only copied
+            outcome = outcome[_first_of_context(q, top, e_step - b.start, e_loc)]
         step_tab.append(pd.DataFrame({"step": t, "query_id": b.query_ids[q], "outcome": outcome, "group": b.groups[q]}))
         m = len(b.memory_ids)
         if window:
