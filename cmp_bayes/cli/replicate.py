@@ -48,6 +48,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     c.add_argument("--slots", type=int, nargs="+", default=[2, 4, 6], metavar="B",
                    help="context sizes B the calls draw from (default: 2 4 6)")
     _llm_options(c, "the reader")
+    c.add_argument("--question-slopes", action="store_true",
+                   help="also fit a per-question evidence slope (sigma_share): questions differ in how much "
+                        "their evidence helps, not only in how answerable they are")
     c.add_argument("--draws", type=int, default=500, help="posterior draws per chain of the curve's fit (default 500)")
     c.add_argument("--tune", type=int, default=500, help="tuning steps per chain (default 500)")
     c.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
@@ -191,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError("--calls must be at least 10 and --slots positive integers")
         cal = calibrate(dataset, retriever, _llm_reader(args), calls=args.calls, slots=args.slots,
                         outcome=args.reader_outcome, draws=args.draws, tune=args.tune, seed=args.seed,
-                        progress=progress)
+                        progress=progress, question_slopes=args.question_slopes)
         text_out, json_out = cal.to_text(), cal.to_json()
     else:
         from dataclasses import replace

@@ -185,6 +185,8 @@ class ExperimentConfig:
 
             m = self.measured_reader
             params = {k: float(m[k]) for k in (*COEFFICIENTS, "ref_slots")}
+            if m.get("sigma_share") is not None:
+                params["sigma_share"] = float(m["sigma_share"])
             return MeasuredReader(params, self.slots, str(m.get("source", "")))
         return ReaderModel(gain=self.reader_gain, noise=self.reader_noise)
 

@@ -8,6 +8,10 @@ reader's score ``y_i`` in [0, 1]:
                  + beta_slots * (B_i - B_ref) + beta_position * (position_i - 0.5) * [e_i > 0]
     z_q ~ Normal(0, 1)  (one per question: how answerable it is)
 
+and, with ``question_slopes=True``, a per-question share slope as well:
+``beta_share + sigma_share w_q``, ``w_q ~ Normal(0, 1)``, ``sigma_share ~
+HalfNormal(1.5)`` (some questions use their evidence fully, others not at all)
+
 with the fractional-logit (Bernoulli quasi-) likelihood
 ``sum_i y_i log mu_i + (1 - y_i) log(1 - mu_i)``, which is the Bernoulli
 likelihood itself for binary outcomes and, for fractional scores, has the right
@@ -44,6 +48,9 @@ from cmp_bayes.errors import ConfigError
 
 #: The model's coefficients, in the order they are reported.
 COEFFICIENTS: tuple[str, ...] = ("alpha", "beta_share", "beta_slots", "beta_position", "sigma_q")
+
+#: Coefficients only some curves have (``question_slopes=True``); absent means 0.
+OPTIONAL_COEFFICIENTS: tuple[str, ...] = ("sigma_share",)
 
 #: Evidence shares at which the curve is tabulated.
 SHARE_GRID: tuple[float, ...] = tuple(round(x, 2) for x in np.linspace(0.0, 1.0, 11))
@@ -97,7 +104,8 @@ class ReaderCurve:
 
     def point(self) -> dict[str, float]:
         """Posterior means of the coefficients, plus ``ref_slots``."""
-        return {k: float(self.coefficients[k]["mean"]) for k in COEFFICIENTS} | {"ref_slots": float(self.ref_slots)}
+        names = [*COEFFICIENTS, *(k for k in OPTIONAL_COEFFICIENTS if k in self.coefficients)]
+        return {k: float(self.coefficients[k]["mean"]) for k in names} | {"ref_slots": float(self.ref_slots)}
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict of every field."""
@@ -113,7 +121,7 @@ class ReaderCurve:
         if missing:
             raise ConfigError(f"{source}: missing field(s) {missing}")
         coef = data["coefficients"]
-        for name in COEFFICIENTS:
+        for name in (*COEFFICIENTS, *(k for k in OPTIONAL_COEFFICIENTS if isinstance(coef, dict) and k in coef)):
             value = coef.get(name, {}).get("mean") if isinstance(coef, dict) else None
             if not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise ConfigError(f"{source}: field coefficients.{name}.mean must be a finite number, got {value!r}")
@@ -138,8 +146,9 @@ class ReaderCurve:
     def describe(self) -> str:
         """One line: the curve's point estimates."""
         c = self.point()
+        slope = f" + {c['sigma_share']:.2f} w_q" if "sigma_share" in c else ""
         return (f"measured reader ({self.reader} on {self.benchmark}, {self.calls} calls, {self.outcome}): "
-                f"logit p = {c['alpha']:.2f} + {c['sigma_q']:.2f} z_q + {c['beta_share']:.2f} * share "
+                f"logit p = {c['alpha']:.2f} + {c['sigma_q']:.2f} z_q + ({c['beta_share']:.2f}{slope}) * share "
                 f"+ {c['beta_slots']:.2f} * (B - {self.ref_slots}) + {c['beta_position']:.2f} * (position - 0.5)")
 
 
@@ -152,6 +161,7 @@ def fit_reader_curve(
     tune: int = 500,
     chains: int = 2,
     seed: int = 0,
+    question_slopes: bool = False,
 ) -> ReaderCurve:
     """Fit the reader curve (module docstring) to calibration calls.
 
@@ -166,6 +176,8 @@ def fit_reader_curve(
         Fit the scores, or their binary form (``score >= 0.5``).
     draws, tune, chains, seed : int
         The sampler (nutpie).
+    question_slopes : bool
+        Also fit a per-question share slope (``sigma_share``, module docstring).
 
     Returns
     -------
@@ -199,6 +211,10 @@ def fit_reader_curve(
         sigma_q = pm.HalfNormal("sigma_q", 1.5)
         z = pm.Normal("z", 0.0, 1.0, shape=len(quniq))
         eta = alpha + sigma_q * z[qidx] + beta_share * share + beta_slots * (b - ref) + beta_position * pos
+        if question_slopes:
+            sigma_share = pm.HalfNormal("sigma_share", 1.5)
+            w = pm.Normal("w", 0.0, 1.0, shape=len(quniq))
+            eta = eta + sigma_share * w[qidx] * share
         # fractional logit: y log mu + (1 - y) log(1 - mu), in the log-sigmoid form that cannot overflow
         pm.Potential("quasi_loglik", pt.sum(y * -pt.softplus(-eta) + (1.0 - y) * -pt.softplus(eta)))
     post, stats = sample_hyper(model, SamplerConfig(draws=draws, tune=tune, chains=chains, seed=seed,
@@ -206,24 +222,29 @@ def fit_reader_curve(
     from cmp_bayes.constants import CI_PROB
 
     tail = (1.0 - CI_PROB) / 2.0
-    flat = {k: post[k].to_numpy().reshape(-1) for k in COEFFICIENTS}
+    names = [*COEFFICIENTS, *(["sigma_share"] if question_slopes else [])]
+    flat = {k: post[k].to_numpy().reshape(-1) for k in names}
     coefficients = {k: {"mean": float(v.mean()), "low": float(np.quantile(v, tail)), "high": float(np.quantile(v, 1 - tail))}
                     for k, v in flat.items()}
     nodes = _normal_nodes()
+    slope_sd = flat.get("sigma_share", np.zeros_like(flat["alpha"]))
+    # with slopes, average over a grid of (z, w) pairs: the two question effects are independent
+    z_n, w_n = (np.repeat(_normal_nodes(24), 24), np.tile(_normal_nodes(24), 24)) if question_slopes else (nodes, 0 * nodes)
     sizes = sorted({int(x) for x in calls["slots"]})
     curve = []
     for bb in sizes:
         for s in SHARE_GRID:
             eta_d = flat["alpha"] + flat["beta_share"] * s + flat["beta_slots"] * (bb - ref)
-            mu = _expit(eta_d[:, None] + flat["sigma_q"][:, None] * nodes[None, :]).mean(axis=1)
+            mu = _expit(eta_d[:, None] + flat["sigma_q"][:, None] * z_n[None, :]
+                        + slope_sd[:, None] * w_n[None, :] * s).mean(axis=1)
             curve.append({"slots": bb, "share": s, "mean": float(mu.mean()),
                           "low": float(np.quantile(mu, tail)), "high": float(np.quantile(mu, 1 - tail))})
     emp = (calls.assign(y=y).groupby(["slots", "evidence_in_context"], as_index=False)
            .agg(share=("share", "mean"), calls=("y", "size"), mean_score=("y", "mean")))
     from cmp_bayes.posterior.health import rhat
 
-    r = rhat(post[list(COEFFICIENTS)])
-    health = {"max_rhat": float(max(float(r[k].max()) for k in COEFFICIENTS)),
+    r = rhat(post[names])
+    health = {"max_rhat": float(max(float(r[k].max()) for k in names)),
               "divergences": int(stats["diverging"].sum()) if "diverging" in stats else 0}
     return ReaderCurve(benchmark, reader, outcome, int(len(calls)), int(len(quniq)), ref, sizes, coefficients,
                        curve, json.loads(emp.to_json(orient="records")), health)
@@ -255,8 +276,16 @@ class MeasuredReader:
     slots: int
     source: str = ""
 
+    @property
+    def slopes(self) -> bool:
+        """Whether the curve has per-question share slopes (``sigma_share > 0``)."""
+        return self.params.get("sigma_share", 0.0) > 0
+
     def base_rates(self, n_queries: int, rng: np.random.Generator) -> np.ndarray:
-        """Per-question logit effects ``sigma_q z_q``, shape ``(n_queries,)``."""
+        """Per-question logit effects: ``sigma_q z_q``, shape ``(n_queries,)``; with per-question
+        slopes, shape ``(n_queries, 2)``: ``(sigma_q z_q, sigma_share w_q)``."""
+        if self.slopes:
+            return rng.standard_normal((n_queries, 2)) * np.array([self.params["sigma_q"], self.params["sigma_share"]])
         return self.params["sigma_q"] * rng.standard_normal(n_queries)
 
     def probability(self, base: np.ndarray, share: np.ndarray, noise: np.ndarray | None = None,
@@ -266,7 +295,12 @@ class MeasuredReader:
         ``noise`` is ignored: the question effects are the measured heterogeneity.
         """
         p = self.params
-        eta = p["alpha"] + np.asarray(base) + p["beta_share"] * np.asarray(share) + p["beta_slots"] * (self.slots - p["ref_slots"])
+        base = np.asarray(base, dtype=np.float64)
+        slope: np.ndarray | float = 0.0
+        if self.slopes:
+            base, slope = base[..., 0], base[..., 1]
+        eta = (p["alpha"] + base + (p["beta_share"] + slope) * np.asarray(share)
+               + p["beta_slots"] * (self.slots - p["ref_slots"]))
         if position is not None:
             pos = np.where(np.asarray(share) > 0, np.nan_to_num(np.asarray(position, dtype=np.float64), nan=0.5) - 0.5, 0.0)
             eta = eta + p["beta_position"] * pos
@@ -280,8 +314,9 @@ class MeasuredReader:
     def describe(self) -> str:
         """One line stating the reader, for reports."""
         p = self.params
+        slope = f" + N(0, {p['sigma_share']:.2f}^2)_q" if self.slopes else ""
         return (f"semi-synthetic measured reader{f' ({self.source})' if self.source else ''}: "
-                f"p = expit({p['alpha']:.2f} + N(0, {p['sigma_q']:.2f}^2)_q + {p['beta_share']:.2f} * evidence share "
+                f"p = expit({p['alpha']:.2f} + N(0, {p['sigma_q']:.2f}^2)_q + ({p['beta_share']:.2f}{slope}) * evidence share "
                 f"+ {p['beta_slots']:.2f} * (B - {p['ref_slots']:g}) + {p['beta_position']:.2f} * (position - 0.5)), B = {self.slots}")
 
     def to_dict(self) -> dict[str, Any]:

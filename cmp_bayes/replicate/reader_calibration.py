@@ -232,13 +232,15 @@ def calibrate(
     tune: int = 500,
     seed: int = 0,
     progress: Progress | None = None,
+    question_slopes: bool = False,
 ) -> CalibrationResult:
     """Design the calls, ask the reader, fit the curve (:func:`calibration_design`,
     :func:`run_calibration`, :func:`~cmp_bayes.replicate.measured_reader.fit_reader_curve`)."""
     design, contexts = calibration_design(dataset, retriever, calls, slots, seed, progress)
     hits0, misses0 = getattr(reader, "hits", None), getattr(reader, "misses", None)
     scored, seconds = run_calibration(dataset, design, contexts, reader, progress)
-    curve = fit_reader_curve(scored, dataset.name, reader.name, outcome, draws=draws, tune=tune, seed=seed)
+    curve = fit_reader_curve(scored, dataset.name, reader.name, outcome, draws=draws, tune=tune, seed=seed,
+                             question_slopes=question_slopes)
     reading: dict[str, Any] = {"calls": len(scored), "seconds": seconds,
                                "calls_per_s": len(scored) / seconds if seconds > 0 else None}
     if hits0 is not None and misses0 is not None:
