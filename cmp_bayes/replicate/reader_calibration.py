@@ -24,7 +24,6 @@ scaled to [0, 1]: 0 first, 1 last; NaN without evidence) and the reader's
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,7 +35,8 @@ from cmp_bayes.datasets.base import Dataset
 from cmp_bayes.errors import ConfigError
 from cmp_bayes.progress import Progress
 from cmp_bayes.replicate.measured_reader import SHARE_GRID, ReaderCurve, fit_reader_curve
-from cmp_bayes.replicate.reader import Reader, ReaderModel, check_outcome
+from cmp_bayes.replicate.reader import Reader, ReaderModel
+from cmp_bayes.replicate.reading import ReadingSummary, score_contexts
 from cmp_bayes.retrieval.base import Retriever, rank_store
 
 #: Columns of :func:`calibration_design`'s call table (``score`` added by :func:`run_calibration`).
@@ -124,8 +124,9 @@ def run_calibration(
     contexts: pd.DataFrame,
     reader: Reader,
     progress: Progress | None = None,
-) -> tuple[pd.DataFrame, float]:
-    """Ask ``reader`` every calibration call.
+) -> tuple[pd.DataFrame, ReadingSummary]:
+    """Ask ``reader`` every calibration call
+    (:func:`~cmp_bayes.replicate.reading.score_contexts`, each call asked once, in order).
 
     Parameters
     ----------
@@ -141,22 +142,13 @@ def run_calibration(
     -------
     calls : pandas.DataFrame
         The input with a ``score`` column in [0, 1].
-    seconds : float
-        Wall time of the reads.
+    summary : ReadingSummary
+        The calls' wall time and, for a cached reader, cache hits and misses.
     """
-    progress = progress or Progress.silent()
-    text = dict(zip(*(dataset.memories()[c].astype(str) for c in ("memory_id", "text")), strict=True))
-    q = dataset.queries().assign(query_id=lambda d: d["query_id"].astype(str)).set_index("query_id")
     by_call = contexts.sort_values(["call", "slot"]).groupby("call")["memory_id"].agg(list)
-    scores = np.empty(len(calls))
-    t0 = time.perf_counter()
-    with progress.bar(f"{reader.name} calibration", total=len(calls), unit="calls") as bar:
-        for i, (c, qid) in enumerate(zip(calls["call"], calls["query_id"], strict=True)):
-            row = q.loc[str(qid)]
-            value = reader.score(str(row["text"]), [text[str(m)] for m in by_call[c]], answer=str(row["answer"]))
-            scores[i] = check_outcome(value, reader.name)
-            bar.advance()
-    return calls.assign(score=scores), time.perf_counter() - t0
+    asked = [(str(qid), by_call[c]) for c, qid in zip(calls["call"], calls["query_id"], strict=True)]
+    scores, summary = score_contexts(dataset, asked, reader, "calibration", progress)
+    return calls.assign(score=scores), summary
 
 
 @dataclass
@@ -237,13 +229,10 @@ def calibrate(
     """Design the calls, ask the reader, fit the curve (:func:`calibration_design`,
     :func:`run_calibration`, :func:`~cmp_bayes.replicate.measured_reader.fit_reader_curve`)."""
     design, contexts = calibration_design(dataset, retriever, calls, slots, seed, progress)
-    hits0, misses0 = getattr(reader, "hits", None), getattr(reader, "misses", None)
-    scored, seconds = run_calibration(dataset, design, contexts, reader, progress)
+    scored, summary = run_calibration(dataset, design, contexts, reader, progress)
     curve = fit_reader_curve(scored, dataset.name, reader.name, outcome, draws=draws, tune=tune, seed=seed,
                              question_slopes=question_slopes)
-    reading: dict[str, Any] = {"calls": len(scored), "seconds": seconds,
-                               "calls_per_s": len(scored) / seconds if seconds > 0 else None}
-    if hits0 is not None and misses0 is not None:
-        reading |= {"cache_hits": int(reader.hits - hits0), "cache_misses": int(reader.misses - misses0)}  # type: ignore[attr-defined]
+    # every call is one step here: the result's "reading" has no separate step count
+    reading = {k: v for k, v in summary.to_dict().items() if k != "steps"}
     return CalibrationResult(dataset.name, retriever.name, curve, reading,
                              {"calls": calls, "slots": sorted({int(b) for b in slots}), "seed": seed})

@@ -15,7 +15,8 @@ earlier run read.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -96,9 +97,6 @@ def read_outcomes(
     summary : ReadingSummary
     """
     check_outcome_form(outcome)
-    progress = progress or Progress.silent()
-    memory_text = dict(zip(*(dataset.memories()[c].astype(str) for c in ("memory_id", "text")), strict=True))
-    q = dataset.queries().set_index("query_id")
     ctx = contexts.sort_values(["step", "slot"], kind="stable")
     by_step: dict[int, tuple[str, ...]] = {
         int(t): tuple(str(m) for m in mids)
@@ -106,22 +104,62 @@ def read_outcomes(
     }
     keys = [(str(qid), by_step.get(int(t), ())) for t, qid in zip(steps["step"], steps["query_id"], strict=True)]
     distinct = list(dict.fromkeys(keys))
-    scores: dict[tuple[str, tuple[str, ...]], float] = {}
-    hits0, misses0 = getattr(reader, "hits", None), getattr(reader, "misses", None)
-    t0 = time.perf_counter()
-    with progress.bar(f"{reader.name} reading", total=len(distinct), unit="calls") as bar:
-        for qid, mids in distinct:
-            row = q.loc[qid]
-            value = reader.score(str(row["text"]), [memory_text[m] for m in mids], answer=str(row["answer"]))
-            scores[(qid, mids)] = check_outcome(value, reader.name)
-            bar.advance()
-    seconds = time.perf_counter() - t0
+    values, summary = score_contexts(dataset, distinct, reader, "reading", progress)
+    scores = dict(zip(distinct, values.tolist(), strict=True))
     raw = np.array([scores[k] for k in keys], dtype=np.float64)
     out = np.array([binary_outcome(v) for v in raw], dtype=np.float64) if outcome == "binary" else raw
+    summary = replace(summary, steps=len(keys))
+    return out, summary
+
+
+def score_contexts(
+    dataset: Dataset,
+    contexts: Sequence[tuple[str, Sequence[str]]],
+    reader: Reader,
+    what: str = "reading",
+    progress: Progress | None = None,
+) -> tuple[np.ndarray, ReadingSummary]:
+    """Ask ``reader`` each (question id, memory ids in slot order) in ``contexts``, in order.
+
+    The one loop over reader calls: :func:`read_outcomes` passes a log's
+    distinct contexts, the reader calibration its designed ones.
+
+    Parameters
+    ----------
+    dataset : Dataset
+        Where the question, answer and memory texts are.
+    contexts : sequence of (str, sequence of str)
+    reader : Reader
+    what : str
+        The progress bar's label, after the reader's name.
+    progress : Progress, optional
+        A bar over the calls, with their rate and the time left.
+
+    Returns
+    -------
+    scores : numpy.ndarray
+        float64, shape ``(len(contexts),)``, each in [0, 1].
+    summary : ReadingSummary
+        ``steps`` and ``calls`` both ``len(contexts)``; cache hits and misses
+        from a cached reader (its ``hits`` / ``misses`` counters before and after).
+    """
+    progress = progress or Progress.silent()
+    memory_text = dict(zip(*(dataset.memories()[c].astype(str) for c in ("memory_id", "text")), strict=True))
+    q = dataset.queries().assign(query_id=lambda d: d["query_id"].astype(str)).set_index("query_id")
+    scores = np.empty(len(contexts), dtype=np.float64)
+    hits0, misses0 = getattr(reader, "hits", None), getattr(reader, "misses", None)
+    t0 = time.perf_counter()
+    with progress.bar(f"{reader.name} {what}", total=len(contexts), unit="calls") as bar:
+        for i, (qid, mids) in enumerate(contexts):
+            row = q.loc[str(qid)]
+            value = reader.score(str(row["text"]), [memory_text[str(m)] for m in mids], answer=str(row["answer"]))
+            scores[i] = check_outcome(value, reader.name)
+            bar.advance()
+    seconds = time.perf_counter() - t0
     hits, misses = getattr(reader, "hits", None), getattr(reader, "misses", None)
     summary = ReadingSummary(
-        len(keys), len(distinct), seconds,
+        len(contexts), len(contexts), seconds,
         None if hits is None or hits0 is None else int(hits - hits0),
         None if misses is None or misses0 is None else int(misses - misses0),
     )
-    return out, summary
+    return scores, summary
