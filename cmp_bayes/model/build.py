@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
+from pymc.distributions.transforms import Interval
 import xarray as xr
 from pytensor.tensor.variable import TensorVariable
 
@@ -44,6 +45,8 @@ from cmp_bayes.model.grid import (
 
 #: Mixture components of the tau prior, in order.
 COMPONENTS: tuple[str, ...] = ("null", "helps", "hurts")
+#: The null component's location lies in (-bound, bound) (outcome units).
+NULL_MEAN_BOUND: float = 0.1
 #: Non-null components (those with weights against "null").
 EFFECT_KINDS: tuple[str, ...] = ("helps", "hurts")
 
@@ -205,6 +208,7 @@ def hyper_shapes(data: ModelData) -> dict[str, tuple[int, ...]]:
     """Name -> shape of every hyperparameter the graph samples."""
     p, g = len(data.covariate_names), len(data.groups)
     shapes: dict[str, tuple[int, ...]] = {
+        "tau_null_mean": (),
         "tau_null_sd": (),
         "tau_helps_mean": (),
         "tau_helps_sd": (),
@@ -254,7 +258,9 @@ def prior_terms(h: dict, data: ModelData, rows: np.ndarray | None = None) -> dic
     pts = grid.points
     log_pmf = pt.stack(
         [
-            _normal_logpmf(pts, lw, np.ones_like(pts, dtype=bool), 0.0, h["tau_null_sd"]),
+            _normal_logpmf(
+                pts, lw, np.ones_like(pts, dtype=bool), h["tau_null_mean"], h["tau_null_sd"]
+            ),
             _normal_logpmf(pts, lw, pts > 0, h["tau_helps_mean"], h["tau_helps_sd"]),
             _normal_logpmf(pts, lw, pts < 0, -h["tau_hurts_mean"], h["tau_hurts_sd"]),
         ]
@@ -327,6 +333,19 @@ def build_model(data: ModelData, config: ModelConfig) -> pm.Model:
     c = config
     with pm.Model(coords=coords) as model:
         h = {
+            # the null's location is learned: a memory that does nothing still takes a
+            # slot, so its design contrast is minus what it displaces (about -0.04 in a
+            # store where a tenth of memories add 0.4); fixed at 0, that shift was
+            # absorbed by the "hurts" component, whose weights then mixed badly
+            # bounded: far from 0 the null could trade places with "hurts" (a chain once
+            # parked it at -0.5, where the truncated prior gives it no feasible mass). A
+            # Normal on an interval transform is the truncated Normal up to a constant;
+            # TruncatedNormal itself would make numba draw its prior in object mode, with
+            # a warning. Prior draws are the untruncated Normal's (0.1% beyond the bound).
+            "tau_null_mean": pm.Normal(
+                "tau_null_mean", mu=c.null_mean[0], sigma=c.null_mean[1],
+                transform=Interval(-NULL_MEAN_BOUND, NULL_MEAN_BOUND),
+            ),
             "tau_null_sd": pm.LogNormal("tau_null_sd", mu=np.log(c.null_sd[0]), sigma=c.null_sd[1]),
             "tau_helps_mean": pm.LogNormal("tau_helps_mean", mu=np.log(c.help_mean[0]), sigma=c.help_mean[1]),
             "tau_helps_sd": pm.LogNormal("tau_helps_sd", mu=np.log(c.help_sd[0]), sigma=c.help_sd[1]),

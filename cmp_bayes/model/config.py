@@ -80,6 +80,15 @@ class ModelConfig:
     use_groups : bool
         Add hierarchical group effects (per memory's main query group) when the log has
         at least two groups.
+    null_mean : tuple of float
+        Normal prior (mean, sd) of the null component's location (outcome units),
+        truncated to (-0.1, 0.1). Default (0, 0.03). A memory that does nothing is not at exactly 0 under the
+        design contrast: exposed, it takes a slot another memory would have filled,
+        so its tau is minus the average effect of what it displaces (-0.04 in a
+        store where 10% of memories add 0.4), and a distracting store can push the
+        null further down. Fixed at 0, that shift had to be carried by the
+        "hurts" component (fits with a third of the memories "harmful" and
+        chains that disagreed on its weights).
     null_sd : tuple of float
         LogNormal prior (median, log-sd) of the null component's sd (outcome units).
         Default (0.015, 0.3): "does nothing" means an effect of a point or two on the
@@ -135,6 +144,7 @@ class ModelConfig:
     use_rank: bool = True
     rank_summary: str = "median"
     use_groups: bool = True
+    null_mean: tuple[float, float] = (0.0, 0.03)
     null_sd: tuple[float, float] = (0.015, 0.3)
     help_mean: tuple[float, float] = (0.2, 0.4)
     help_sd: tuple[float, float] = (0.08, 0.5)
@@ -170,7 +180,7 @@ class ModelConfig:
             med, lsd = getattr(self, name)
             if not (med > 0 and lsd > 0):
                 raise ConfigError(f"model.{name} must be (median > 0, log-sd > 0), got {(med, lsd)}")
-        for name in ("weight_intercept", "rho_intercept"):
+        for name in ("null_mean", "weight_intercept", "rho_intercept"):
             _, sd = getattr(self, name)
             if not sd > 0:
                 raise ConfigError(f"model.{name} must be (mean, sd > 0), got {getattr(self, name)}")
