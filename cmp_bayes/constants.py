@@ -32,3 +32,8 @@ BFMI_MIN: Final[float] = 0.3
 ESS_PER_CHAIN: Final[int] = 100
 #: Any divergent transition fails: a divergence marks a region the sampler could not enter.
 MAX_DIVERGENCE_SHARE: Final[float] = 0.0
+
+#: The posterior group (and its variable) holding each exposed memory's tau pmf on the grid
+#: under the alternative priors that decide's prior-sensitivity check reads.
+PRIOR_SENSITIVITY_GROUP: Final[str] = "prior_sensitivity"
+PRIOR_SENSITIVITY_VAR: Final[str] = "tau_pmf"

@@ -22,9 +22,9 @@ if TYPE_CHECKING:
 
 def _cost_flags() -> DataclassFlags:
     """One flag per Costs field (``--forget-cost`` ...), shared by decide and recommend."""
-    from cmp_bayes.decision.costs import ESTIMANDS, Costs
+    from cmp_bayes.decision.costs import ESTIMANDS, PRIOR_DRIVEN, Costs
 
-    return DataclassFlags(Costs, choices={"estimand": ESTIMANDS})
+    return DataclassFlags(Costs, choices={"estimand": ESTIMANDS, "prior_driven": PRIOR_DRIVEN})
 
 
 def add_cost_arguments(parser: argparse.ArgumentParser) -> None:

@@ -29,6 +29,8 @@ from cmp_bayes.errors import ConfigError
 
 #: Estimands a threshold may apply to.
 ESTIMANDS: Final[tuple[str, ...]] = ("tau", "utility", "relevant", "workload")
+#: What decide does with a prior-driven forget (see ``Costs.prior_driven``).
+PRIOR_DRIVEN: Final[tuple[str, ...]] = ("defer_few", "defer", "allow")
 #: Open interval a threshold must lie in, per estimand. tau is a difference of two
 #: expected outcomes in [0, 1] (binary or fractional), so it lies in [-1, 1]; utility
 #: is rho * tau with rho a retrieval probability in [0, 1], so it lies in [-1, 1] too.
@@ -97,6 +99,16 @@ class Costs:
         forgotten. Default 1.01, the threshold of Vehtari et al. (2021); on
         independent draws (2 chains x 1000) the largest R-hat over 10,000
         memories measured here was 1.007, so 1.01 refuses few sound forgets.
+    prior_driven : {"defer_few", "defer", "allow"}
+        What happens to a prior-driven forget: one the Bayes rule makes under the
+        fitted prior but not under one of the stated alternative priors (null
+        component half or twice as wide, twice as many memories that matter,
+        useful effects half as large; :mod:`cmp_bayes.decision.sensitivity`).
+        ``defer_few`` (default): it waits when the memory has at most 2
+        exposures, and is made (and flagged ``prior_driven``) otherwise;
+        ``defer``: every prior-driven forget waits; ``allow``: flagged only.
+        Applies to tau decisions on posteriors that carry the check (fit writes
+        it for memory-level posteriors).
     max_divergence_share : float
         Largest share of post-warmup draws that may be divergent before every
         forget is refused. Default 0: any divergence means the sampler may
@@ -112,6 +124,7 @@ class Costs:
     min_mean_shift: float = 0.0
     max_rhat: float = RHAT_MAX
     max_divergence_share: float = MAX_DIVERGENCE_SHARE
+    prior_driven: str = "defer_few"
 
     def __post_init__(self) -> None:
         # each check raises a one-line ConfigError naming the field, its value and
@@ -128,6 +141,10 @@ class Costs:
             raise ConfigError(
                 f"costs: threshold must lie in ({low:g}, {high:g}) for estimand "
                 f"{self.estimand!r} (a change in the success probability), got {self.threshold!r}"
+            )
+        if self.prior_driven not in PRIOR_DRIVEN:
+            raise ConfigError(
+                f"costs: prior_driven must be one of {', '.join(PRIOR_DRIVEN)}, got {self.prior_driven!r}"
             )
         if self.capacity is not None:
             _int_at_least(self, "capacity", 0)

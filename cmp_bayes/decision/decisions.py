@@ -29,6 +29,10 @@ DEFER: Final[str] = "defer"
 ACTIONS: Final[tuple[str, ...]] = (RETAIN, FORGET, DEFER)
 #: Columns of the decision table naming the log the decisions came from (one value each).
 PROVENANCE_COLUMNS: Final[tuple[str, ...]] = ("log_checksum", "log_id")
+#: The prior-sensitivity check's columns (decision/sensitivity.py): whether a forget the
+#: Bayes rule makes depends on the prior (<NA>: not checked), the largest P(useful) over
+#: the alternative priors, and the alternative that gives it.
+PRIOR_COLUMNS: Final[tuple[str, ...]] = ("prior_driven", "p_useful_prior_max", "prior_alternative")
 #: Columns of the decision table, in order; a posterior with memory texts adds
 #: ``text`` right after ``memory_id``.
 COLUMNS: Final[tuple[str, ...]] = (
@@ -48,6 +52,7 @@ COLUMNS: Final[tuple[str, ...]] = (
     "exposures_needed",
     "reason",
     *PROVENANCE_COLUMNS,
+    *PRIOR_COLUMNS,
 )
 #: Columns :meth:`Decisions.to_csv` adds after :data:`COLUMNS`: the rule the decisions were
 #: made under (one value each), so a CSV read alone says which costs and threshold produced it.

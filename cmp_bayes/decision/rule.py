@@ -51,6 +51,7 @@ import pandas as pd
 import xarray as xr
 
 from cmp_bayes.constants import IDENTIFIED
+from cmp_bayes.decision import sensitivity
 from cmp_bayes.decision.costs import Costs
 from cmp_bayes.decision.decisions import (
     ACTIONS,
@@ -190,23 +191,26 @@ def decide(
     rhat = np.full(n, np.nan)
     rhat_bad = np.zeros(n, dtype=bool)
     checked = np.zeros(n, dtype=bool)
-    # Forget set = prefix of the allowed memories in rank order. R-hat is
-    # checked only on that prefix; a failing memory leaves the allowed set and
-    # the prefix is recomputed (R-hat does not depend on the costs, so the
-    # result is the same as checking every memory first).
+    prior = _PriorState(n, sensitivity.available(dt, costs.estimand))
+    # Forget set = prefix of the allowed memories in rank order. R-hat and the
+    # prior check are made only on that prefix; a failing memory leaves the
+    # allowed set and the prefix is recomputed (neither depends on the costs'
+    # capacity, so the result is the same as checking every memory first).
     while True:
         forget_idx, shortfall = _forget_set(
-            rank_key, allowed & ~rhat_bad, bayes_forget, costs.capacity
+            rank_key, allowed & ~rhat_bad & ~prior.waits, bayes_forget, costs.capacity
         )
         unchecked = forget_idx[~checked[forget_idx]]
-        if unchecked.size == 0:
+        bad = unchecked[:0]
+        if unchecked.size:
+            rhat[unchecked] = memory_rhat(est, ids[unchecked])
+            checked[unchecked] = True
+            bad = unchecked[~(rhat[unchecked] <= costs.max_rhat) & ~np.isnan(rhat[unchecked])]
+            rhat_bad[bad] = True
+        # only forgets the Bayes rule makes: a forget for capacity is the user's demand
+        waits = prior.run(dt, ids, forget_idx[bayes_forget[forget_idx]], costs, exposed)
+        if bad.size == 0 and waits == 0:
             break
-        rhat[unchecked] = memory_rhat(est, ids[unchecked])
-        checked[unchecked] = True
-        bad = unchecked[~(rhat[unchecked] <= costs.max_rhat) & ~np.isnan(rhat[unchecked])]
-        if bad.size == 0:
-            break
-        rhat_bad[bad] = True
 
     action = np.where(bayes_forget, DEFER, RETAIN).astype(object)
     action[forget_idx] = FORGET
@@ -219,8 +223,8 @@ def decide(
         needed[defer_design] = exposures_to_resolve(
             e_np, t_np, costs.threshold, costs.forget_below, start
         )
-    defer_sampler = (action == DEFER) & eligible  # blocked by sampler health: exposures do not help
-    needed[defer_sampler] = 0
+    defer_sampler = (action == DEFER) & eligible & ~prior.waits  # blocked by sampler health
+    needed[defer_sampler] = 0  # exposures do not help
 
     frame = pd.DataFrame(
         {
@@ -244,6 +248,7 @@ def decide(
         reason_texts(frame, costs, health, bayes_forget, eligible, rhat_bad, draws.variable),
         dtype="string",
     )
+    prior.annotate(frame, costs)
     if shortfall:
         why = why_not_allowed(frame, costs, eligible, health, rhat_bad)
         note_shortfall(frame, rank_key, costs, shortfall, why)
@@ -263,6 +268,7 @@ def decide(
     frame["log_id"] = pd.Series([source["log_id"]] * n, dtype="string")
     texts = memory_texts(dt)
     frame = add_text(frame, texts)
+    frame = prior.columns(frame, costs)
     rule = DecisionRule(
         variable=draws.variable,
         threshold=costs.threshold,
@@ -297,3 +303,79 @@ def _forget_set(
     return order[:length], shortfall
 
 
+
+
+class _PriorState:
+    """decide's prior-sensitivity bookkeeping (:mod:`cmp_bayes.decision.sensitivity`)."""
+
+    def __init__(self, n: int, on: bool) -> None:
+        self.on = on
+        self.p_max = np.full(n, np.nan)
+        self.worst = np.full(n, None, dtype=object)
+        self.checked = np.zeros(n, dtype=bool)
+        self.waits = np.zeros(n, dtype=bool)
+        self.descriptions: dict[str, str] = {}
+
+    def run(
+        self, dt: xr.DataTree, ids: np.ndarray, rows: np.ndarray, costs: Costs, exposed: np.ndarray
+    ) -> int:
+        """Check the not yet checked ``rows``; mark those that must wait; return how many."""
+        if not self.on:
+            return 0
+        todo = rows[~self.checked[rows]]
+        if todo.size == 0:
+            return 0
+        res = sensitivity.check(dt, ids, todo, costs.threshold)
+        self.descriptions = res.descriptions
+        self.p_max[todo], self.worst[todo] = res.p_max[todo], res.worst[todo]
+        self.checked[todo] = True
+        flips = todo[self.p_max[todo] >= costs.forget_below]
+        if costs.prior_driven == "defer_few":
+            flips = flips[exposed[flips] <= sensitivity.FEW_EXPOSURES]
+        elif costs.prior_driven == "allow":
+            flips = flips[:0]
+        self.waits[flips] = True
+        return int(flips.size)
+
+    def driven(self, costs: Costs) -> np.ndarray:
+        return self.checked & (self.p_max >= costs.forget_below)
+
+    def annotate(self, frame: pd.DataFrame, costs: Costs) -> None:
+        """Say, in ``reason``, why a prior-driven forget waits or that it was flagged."""
+        if not self.on or not self.checked.any():
+            return
+        rows = np.flatnonzero(self.driven(costs))
+        if rows.size == 0:
+            return
+        p = frame["p_useful"].to_numpy(dtype="float64")
+        n_exp = frame["exposed"].to_numpy(dtype="int64")
+        reasons = frame["reason"].to_numpy(dtype=object)
+        for i in rows:
+            alt = self.descriptions.get(str(self.worst[i]), str(self.worst[i]))
+            what = (
+                f"P(useful) is {p[i]:.3f} under the fitted prior but {self.p_max[i]:.3f} "
+                f">= {costs.forget_below:.3f} with {alt}"
+            )
+            if not self.waits[i]:
+                reasons[i] = f"{reasons[i]} (prior-driven: {what})"
+                continue
+            n = int(n_exp[i])
+            rule = (
+                f"on {n} exposure{'s' if n != 1 else ''} a prior-driven forget waits"
+                if costs.prior_driven == "defer_few"
+                else "prior_driven = 'defer' makes every prior-driven forget wait"
+            )
+            reasons[i] = (
+                f"forgetting would be the prior's decision, not the data's: {what}; {rule}: "
+                "expose it more, or decide with prior_driven = 'allow'"
+            )
+        frame["reason"] = pd.Series(reasons, index=frame.index, dtype="string")
+
+    def columns(self, frame: pd.DataFrame, costs: Costs) -> pd.DataFrame:
+        """``prior_driven`` (<NA> where not checked), ``p_useful_prior_max``, ``prior_alternative``."""
+        flag = pd.array(self.driven(costs), dtype="boolean")
+        flag[~self.checked] = pd.NA
+        frame["prior_driven"] = flag
+        frame["p_useful_prior_max"] = self.p_max
+        frame["prior_alternative"] = pd.Series(self.worst, index=frame.index, dtype="string")
+        return frame

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
-from pymc.distributions.transforms import Interval
 import xarray as xr
+from pymc.distributions.transforms import Interval
 from pytensor.tensor.variable import TensorVariable
 
 from cmp_bayes.errors import ConfigError
@@ -89,6 +89,8 @@ class ModelData:
         (``grid.log_likelihood(return_offset=True)``): the pointwise
         log-likelihood adds it back so that model variants compare on one scale.
         None when ``pattern_loglik`` was swapped for another likelihood (per-query).
+    learn_null_mean : bool
+        Whether the null component's location is a hyperparameter (``tau_null_mean``).
     """
 
     memory: np.ndarray
@@ -108,6 +110,7 @@ class ModelData:
     arms: dict[str, np.ndarray]
     outcome_kind: str
     pattern_offset: np.ndarray | None = None
+    learn_null_mean: bool = False
 
     @property
     def use_groups(self) -> bool:
@@ -201,6 +204,7 @@ def model_data(stats: xr.Dataset, config: ModelConfig, memory_group: np.ndarray 
         arms=arms,
         outcome_kind=kind,
         pattern_offset=offset,
+        learn_null_mean=config.learn_null_mean,
     )
 
 
@@ -208,7 +212,6 @@ def hyper_shapes(data: ModelData) -> dict[str, tuple[int, ...]]:
     """Name -> shape of every hyperparameter the graph samples."""
     p, g = len(data.covariate_names), len(data.groups)
     shapes: dict[str, tuple[int, ...]] = {
-        "tau_null_mean": (),
         "tau_null_sd": (),
         "tau_helps_mean": (),
         "tau_helps_sd": (),
@@ -218,6 +221,8 @@ def hyper_shapes(data: ModelData) -> dict[str, tuple[int, ...]]:
         "rho_intercept": (),
         "rho_kappa": (),
     }
+    if data.learn_null_mean:
+        shapes["tau_null_mean"] = ()
     if p:
         shapes["weight_coef"] = (2, p)
         shapes["rho_coef"] = (p,)
@@ -259,7 +264,7 @@ def prior_terms(h: dict, data: ModelData, rows: np.ndarray | None = None) -> dic
     log_pmf = pt.stack(
         [
             _normal_logpmf(
-                pts, lw, np.ones_like(pts, dtype=bool), h["tau_null_mean"], h["tau_null_sd"]
+                pts, lw, np.ones_like(pts, dtype=bool), h.get("tau_null_mean", 0.0), h["tau_null_sd"]
             ),
             _normal_logpmf(pts, lw, pts > 0, h["tau_helps_mean"], h["tau_helps_sd"]),
             _normal_logpmf(pts, lw, pts < 0, -h["tau_hurts_mean"], h["tau_hurts_sd"]),
@@ -333,19 +338,6 @@ def build_model(data: ModelData, config: ModelConfig) -> pm.Model:
     c = config
     with pm.Model(coords=coords) as model:
         h = {
-            # the null's location is learned: a memory that does nothing still takes a
-            # slot, so its design contrast is minus what it displaces (about -0.04 in a
-            # store where a tenth of memories add 0.4); fixed at 0, that shift was
-            # absorbed by the "hurts" component, whose weights then mixed badly
-            # bounded: far from 0 the null could trade places with "hurts" (a chain once
-            # parked it at -0.5, where the truncated prior gives it no feasible mass). A
-            # Normal on an interval transform is the truncated Normal up to a constant;
-            # TruncatedNormal itself would make numba draw its prior in object mode, with
-            # a warning. Prior draws are the untruncated Normal's (0.1% beyond the bound).
-            "tau_null_mean": pm.Normal(
-                "tau_null_mean", mu=c.null_mean[0], sigma=c.null_mean[1],
-                transform=Interval(-NULL_MEAN_BOUND, NULL_MEAN_BOUND),
-            ),
             "tau_null_sd": pm.LogNormal("tau_null_sd", mu=np.log(c.null_sd[0]), sigma=c.null_sd[1]),
             "tau_helps_mean": pm.LogNormal("tau_helps_mean", mu=np.log(c.help_mean[0]), sigma=c.help_mean[1]),
             "tau_helps_sd": pm.LogNormal("tau_helps_sd", mu=np.log(c.help_sd[0]), sigma=c.help_sd[1]),
@@ -358,6 +350,19 @@ def build_model(data: ModelData, config: ModelConfig) -> pm.Model:
             "rho_intercept": pm.Normal("rho_intercept", mu=c.rho_intercept[0], sigma=c.rho_intercept[1]),
             "rho_kappa": pm.LogNormal("rho_kappa", mu=np.log(c.rho_kappa[0]), sigma=c.rho_kappa[1]),
         }
+        if data.learn_null_mean:
+            # a memory that does nothing still takes a slot, so its design contrast is
+            # minus what it displaces (about -0.04 in a store where a tenth of memories
+            # add 0.4); with the null fixed at 0 that shift went to the "hurts"
+            # component, whose weights then mixed badly. Bounded: far from 0 the null
+            # could trade places with "hurts" (a chain once parked it at -0.5). A Normal
+            # on an interval transform is the truncated Normal up to a constant
+            # (TruncatedNormal would make numba draw its prior in object mode, with a
+            # warning); prior draws are the untruncated Normal's (0.1% beyond the bound).
+            h["tau_null_mean"] = pm.Normal(
+                "tau_null_mean", mu=c.null_mean[0], sigma=c.null_mean[1],
+                transform=Interval(-NULL_MEAN_BOUND, NULL_MEAN_BOUND),
+            )
         if data.covariate_names:
             h["weight_coef"] = pm.Normal("weight_coef", 0.0, c.coef_sd, dims=("effect_kind", "covariate"))
             h["rho_coef"] = pm.Normal("rho_coef", 0.0, c.coef_sd, dims="covariate")

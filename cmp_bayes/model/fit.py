@@ -275,6 +275,11 @@ def fit_stats(
     }
     if rec.log_lik is not None:
         groups["log_likelihood"] = log_likelihood_group(rec.log_lik, post, data)
+    if pair_stats is None:
+        from cmp_bayes.model.sensitivity import GROUP, grid_pmfs, sensitivity_group
+
+        # decide asks of every forget whether it survives the stated alternative priors
+        groups[GROUP] = sensitivity_group(data, grid_pmfs(data, flat))
     if meta.get("memory_text") is not None:
         groups["posterior"] = with_memory_text(groups["posterior"], meta["memory_text"])
     tree = xr.DataTree.from_dict(groups)

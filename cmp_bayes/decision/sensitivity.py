@@ -1,0 +1,94 @@
+"""Does a forget survive the alternative priors? (the posterior's ``prior_sensitivity`` group)
+
+Fit stores, for every exposed memory, its tau posterior on the grid under a
+stated set of alternative priors (:mod:`cmp_bayes.model.sensitivity`). Here each
+memory the Bayes rule would forget gets P(tau > threshold) under each of them;
+the forget is **prior-driven** when some alternative puts that probability at
+or above the rule's ``forget_below``: under a prior the data cannot rule out,
+the same data would keep it. :attr:`Costs.prior_driven` says what then happens
+(``defer_few`` by default: a prior-driven forget on at most
+:data:`FEW_EXPOSURES` exposures waits; one on more is made and flagged).
+
+Only for ``estimand="tau"`` on a memory-level posterior that carries the
+group; elsewhere the columns stay empty (<NA>) and nothing is refused.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+import xarray as xr
+
+from cmp_bayes.constants import PRIOR_SENSITIVITY_GROUP, PRIOR_SENSITIVITY_VAR
+
+#: Exposures at or below which a prior-driven forget always waits (the issue's
+#: Mem0 store: memories forgotten on the outcomes of one or two steps).
+FEW_EXPOSURES: Final[int] = 2
+GROUP, VARIABLE = PRIOR_SENSITIVITY_GROUP, PRIOR_SENSITIVITY_VAR
+
+
+@dataclass(frozen=True)
+class PriorCheck:
+    """P(useful) under the alternatives, for the memories checked.
+
+    Attributes
+    ----------
+    p_max : ndarray, shape (n,)
+        Largest P(tau > threshold) over the alternatives (NaN: not checked).
+    worst : ndarray of object, shape (n,)
+        The alternative that gives it (None: not checked).
+    descriptions : dict
+        Alternative name -> what it changes, in words.
+    """
+
+    p_max: np.ndarray
+    worst: np.ndarray
+    descriptions: dict[str, str]
+
+
+def available(dt: xr.DataTree, estimand: str) -> bool:
+    """Whether the check applies: a tau decision and a posterior with the group."""
+    return estimand == "tau" and GROUP in dt.children and VARIABLE in dt[GROUP]
+
+
+def check(dt: xr.DataTree, memory_ids: np.ndarray, rows: np.ndarray, threshold: float) -> PriorCheck:
+    """P(tau > threshold) under every alternative for the memories ``rows`` of ``memory_ids``.
+
+    Parameters
+    ----------
+    dt : DataTree with a ``prior_sensitivity`` group
+    memory_ids : ndarray of str, shape (n,)
+        The decision table's memory order.
+    rows : ndarray of int
+        Indices into ``memory_ids`` to check (memories without exposures are not
+        in the group and stay unchecked).
+    threshold : float
+        Outcome units.
+    """
+    ds = dt[GROUP].to_dataset()
+    n = memory_ids.size
+    p_max = np.full(n, np.nan)
+    worst = np.full(n, None, dtype=object)
+    descriptions = json.loads(ds.attrs.get("alternatives", "{}"))
+    names = np.asarray(ds["prior_alternative"].values).astype(str)
+    keep = names != "fitted"  # the fitted prior is what decide's P(useful) already is
+    stored = np.asarray(ds["memory"].values).astype(str)
+    where = {m: i for i, m in enumerate(stored)}
+    pos = np.array([where.get(m, -1) for m in memory_ids[rows]], dtype=np.int64)
+    have = pos >= 0
+    if not have.any() or not keep.any():
+        return PriorCheck(p_max, worst, descriptions)
+    lo = ds["tau_cell_lower"].to_numpy()
+    hi = ds["tau_cell_upper"].to_numpy()
+    # tau is uniform within a cell, so the share of a cell above t is linear in t
+    above = np.clip((hi - threshold) / (hi - lo), 0.0, 1.0)
+    pmf = ds[VARIABLE].isel(prior_alternative=np.flatnonzero(keep)).to_numpy()[:, pos[have], :]
+    p = np.einsum("amg,g->am", pmf.astype(np.float64), above)  # (A, checked)
+    best = np.argmax(p, axis=0)
+    idx = rows[have]
+    p_max[idx] = p[best, np.arange(best.size)]
+    worst[idx] = names[keep][best]
+    return PriorCheck(p_max, worst, descriptions)

@@ -1,0 +1,140 @@
+"""Each exposed memory's tau posterior on the grid under a stated set of alternative priors.
+
+A forget is irreversible, and where the data of a memory are few (a handful of
+binary exposures) its P(useful) is mostly the prior's: how wide the null
+component is, how many memories matter, how large a useful effect is. The data
+cannot pin those down (docs/model.md, "Why the priors are informative"), so
+:func:`cmp_bayes.decide` asks whether a forget survives when they are moved.
+
+For each alternative, every kept hyperparameter draw theta is changed as the
+alternative says (:data:`ALTERNATIVES`) and each memory's grid posterior
+w_mg ∝ prior_mg(theta') exp(L_mg) is computed exactly (as in
+:mod:`cmp_bayes.model.recover`: per (pattern, component) tables and the
+memory's responsibilities), then averaged over draws (Rao-Blackwellised). The
+result is a pmf over the grid cells per (alternative, memory); because recovered
+tau draws are spread uniformly within their cell, P(tau > t) under it is exact
+for any threshold t (linear within the cell that holds t). The alternative
+``fitted`` is theta itself, so the grid and the draws can be compared.
+
+The changed theta keeps the data's likelihood and the other hyperparameters as
+drawn: this asks "what if the prior's shape were this, the rest as fitted",
+not "refit under that prior" (a refit would let the other hyperparameters
+move back; the question here is how much of a decision the stated shape makes).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Final
+
+import numpy as np
+import xarray as xr
+
+from cmp_bayes.constants import PRIOR_SENSITIVITY_GROUP, PRIOR_SENSITIVITY_VAR
+from cmp_bayes.model.build import ModelData, prior_key
+from cmp_bayes.model.recover import compile_prior_terms
+
+Hyper = dict[str, np.ndarray]
+
+
+def _scaled(name: str, factor: float) -> Callable[[Hyper], Hyper]:
+    return lambda h: {**h, name: h[name] * factor}
+
+
+def _shifted(name: str, shift: float) -> Callable[[Hyper], Hyper]:
+    return lambda h: {**h, name: h[name] + shift}
+
+
+#: The alternative priors, by name: how each changes a hyperparameter draw.
+#: ``fitted`` changes nothing; the null's width halved and doubled (the data cannot
+#: tell them apart, so a forget that depends on it is the prior's); twice the odds
+#: of "helps" and of "hurts" against "null" (a store where twice as many memories
+#: matter); a useful effect half as large (the small-effect stores of
+#: reports/robustness, where the default prior pulls 0.05-0.1 effects into the null).
+ALTERNATIVES: Final[dict[str, Callable[[Hyper], Hyper]]] = {
+    "fitted": lambda h: h,
+    "null_sd_half": _scaled("tau_null_sd", 0.5),
+    "null_sd_double": _scaled("tau_null_sd", 2.0),
+    "effect_share_double": _shifted("weight_intercept", float(np.log(2.0))),
+    "helps_mean_half": _scaled("tau_helps_mean", 0.5),
+}
+#: What each alternative means, in words (the group's attrs and decide's reasons).
+DESCRIPTIONS: Final[dict[str, str]] = {
+    "fitted": "the fitted prior",
+    "null_sd_half": "the null component half as wide",
+    "null_sd_double": "the null component twice as wide",
+    "effect_share_double": "twice the odds that a memory helps or hurts",
+    "helps_mean_half": "useful effects half as large",
+}
+#: Hyperparameter draws (evenly thinned) the pmfs average over: the pmfs are exact
+#: per draw, so what is left is the spread of theta, small beside the threshold's
+#: margin (the Monte Carlo sd of an average of 200 P(useful) values in [0, 1] is at
+#: most 0.035 and in practice far less: theta's posterior is narrow).
+SENSITIVITY_DRAWS: Final[int] = 200
+GROUP, VARIABLE = PRIOR_SENSITIVITY_GROUP, PRIOR_SENSITIVITY_VAR
+
+
+def grid_pmfs(data: ModelData, hyper: Hyper, draws: int = SENSITIVITY_DRAWS) -> np.ndarray:
+    """Posterior pmf of tau over the grid cells, per alternative and exposed memory.
+
+    Parameters
+    ----------
+    data : ModelData
+    hyper : dict name -> ndarray (S, ...)
+        Hyperparameter draws, flattened over chains.
+    draws : int
+        At most this many of the S draws, evenly thinned.
+
+    Returns
+    -------
+    ndarray, shape (A, Mi, G), float32
+        A = len(ALTERNATIVES), Mi = ``data.informative`` (memories with
+        exposures, in that order), G grid cells; rows sum to 1.
+    """
+    rows = data.informative
+    g = data.grid.points.size
+    out = np.zeros((len(ALTERNATIVES), rows.size, g))
+    if rows.size == 0:
+        return out.astype(np.float32)
+    key = prior_key(data, rows)
+    _, first, prior_of = np.unique(key, axis=0, return_index=True, return_inverse=True)
+    fn = compile_prior_terms(data, rows[first])
+    prior_of = prior_of.reshape(-1)
+    lik = np.exp(data.pattern_loglik)  # (P, G)
+    pats, pattern = np.unique(data.pattern[rows], return_inverse=True)
+    lik = lik[pats]
+    s = next(iter(hyper.values())).shape[0]
+    picked = np.unique(np.linspace(0, s - 1, min(draws, s)).round().astype(int))
+    for a, change in enumerate(ALTERNATIVES.values()):
+        for i in picked:
+            pmf, weight = fn(change({k: v[i] for k, v in hyper.items()}))[:2]
+            dens = pmf[None, :, :] * lik[:, None, :]  # (P, 3, G)
+            c = dens.sum(axis=2)  # (P, 3)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                table = np.where(c[..., None] > 0, dens / c[..., None], 0.0)
+            resp = weight[prior_of] * c[pattern]  # (Mi, 3)
+            resp /= np.maximum(resp.sum(axis=1, keepdims=True), 1e-300)
+            out[a] += np.einsum("mk,mkg->mg", resp, table[pattern])
+        out[a] /= picked.size
+    return out.astype(np.float32)
+
+
+def sensitivity_group(data: ModelData, pmfs: np.ndarray) -> xr.Dataset:
+    """The ``prior_sensitivity`` group: ``tau_pmf`` over (prior_alternative, memory, tau_cell)."""
+    edges = data.grid.edges
+    ds = xr.Dataset(
+        {VARIABLE: (("prior_alternative", "memory", "tau_cell"), pmfs)},
+        coords={
+            "prior_alternative": list(ALTERNATIVES),
+            "memory": data.memory[data.informative].astype(object),
+            "tau_cell_lower": ("tau_cell", edges[:-1]),
+            "tau_cell_upper": ("tau_cell", edges[1:]),
+        },
+    )
+    ds[VARIABLE].attrs["description"] = (
+        "posterior pmf of each exposed memory's tau over the grid cells under each alternative "
+        "prior (uniform within a cell), averaged over hyperparameter draws; see docs/model.md"
+    )
+    ds.attrs["alternatives"] = json.dumps(DESCRIPTIONS)
+    return ds
