@@ -68,6 +68,7 @@ from cmp_bayes.decision.workload import WORKLOAD_VARIABLE, read_mix
 from cmp_bayes.errors import ConfigError
 from cmp_bayes.posterior.health import memory_rhat, sampler_health
 from cmp_bayes.posterior.io import as_posterior
+from cmp_bayes.posterior.memory_diagnostics import StoredRhat
 from cmp_bayes.posterior.provenance import memory_texts, provenance
 from cmp_bayes.text import add_text
 
@@ -124,8 +125,10 @@ def decide(
         = posterior mean of the estimand (outcome units); the two expected
         losses (cost units); ``status``, ``exposed``, ``retrieved``,
         ``in_store`` (steps) from the identification group; ``mean_shift``
-        (prior sds, the evidence measure); ``rhat`` of the estimand (computed
-        only for memories about to be forgotten, else NaN); ``forgettable``
+        (prior sds, the evidence measure); ``rhat`` of the estimand (only for
+        memories about to be forgotten, else NaN: the value the fit stored in
+        ``memory_diagnostics`` where it still describes the draws, else
+        computed here); ``forgettable``
         (bool: the guards allow a forget, whatever the costs say);
         ``exposures_needed`` (Int64, defer rows only: extra exposures after
         which the rule can decide; <NA> elsewhere, and where more than
@@ -187,6 +190,8 @@ def decide(
     id_rank = np.empty(n, dtype="int64")
     id_rank[np.argsort(ids, kind="stable")] = np.arange(n)
     rank_key = np.lexsort((id_rank, value, p))  # increasing p, then value, then id
+    # fit's stored R-hats where they describe these draws; the rest computed as needed
+    stored = StoredRhat.read(dt, draws.variable, est)
     rhat = np.full(n, np.nan)
     rhat_bad = np.zeros(n, dtype=bool)
     checked = np.zeros(n, dtype=bool)
@@ -201,7 +206,7 @@ def decide(
         unchecked = forget_idx[~checked[forget_idx]]
         if unchecked.size == 0:
             break
-        rhat[unchecked] = memory_rhat(est, ids[unchecked])
+        rhat[unchecked] = _memory_rhat(est, ids, unchecked, stored)
         checked[unchecked] = True
         bad = unchecked[~(rhat[unchecked] <= costs.max_rhat) & ~np.isnan(rhat[unchecked])]
         if bad.size == 0:
@@ -281,6 +286,18 @@ def decide(
         store=source["store"],
         texts=texts,
     )
+
+
+def _memory_rhat(
+    est: xr.DataArray, ids: np.ndarray, index: np.ndarray, stored: StoredRhat | None
+) -> np.ndarray:
+    """R-hat of memories ``index`` (positions): stored where usable, else :func:`memory_rhat`."""
+    if stored is None:
+        return memory_rhat(est, ids[index])
+    out, usable = stored.lookup(index)
+    if not usable.all():
+        out[~usable] = memory_rhat(est, ids[index[~usable]])
+    return out
 
 
 def _forget_set(
