@@ -201,8 +201,16 @@ def _p_after(
     n: np.ndarray,
     threshold: float,
 ) -> np.ndarray:
-    """:func:`reweighted_p` of memories ``idx`` for one ``tau_hat`` each (``hat[idx]``)."""
-    return reweighted_p(estimand[idx], tau[idx], hat[idx, None], n, threshold)[:, 0]
+    """:func:`reweighted_p` of memories ``idx`` for one ``tau_hat`` each (``hat[idx]``),
+    in blocks of :data:`_SCREEN_BLOCK` memories (each memory's row is computed alone, so
+    the numbers are the same as in one call; the temporaries stay small and reused)."""
+    out = np.empty(idx.size)
+    for lo in range(0, idx.size, _SCREEN_BLOCK):
+        rows = idx[lo : lo + _SCREEN_BLOCK]
+        out[lo : lo + rows.size] = reweighted_p(
+            estimand[rows], tau[rows], hat[rows, None], n[lo : lo + rows.size], threshold
+        )[:, 0]
+    return out
 
 
 #: Memories per block of :func:`_screening` (its temporaries stay in cache;

@@ -88,6 +88,8 @@ __all__ = [
 #: preposterior probabilities are means over draws, so 500 draws give them a
 #: Monte Carlo sd of at most sqrt(.25 / 500) ~ 0.02 before reweighting.
 _PREPOSTERIOR_DRAWS: Final[int] = 500
+#: Memories per call of ``exposures_to_resolve`` (x 500 draws: 16 MB per array).
+_PREPOSTERIOR_CHUNK: Final[int] = 4096
 
 
 class DecisionWarning(UserWarning):
@@ -218,12 +220,13 @@ def decide(
 
     needed = np.full(n, np.nan)
     defer_design = np.flatnonzero((action == DEFER) & ~eligible)
-    if defer_design.size:
-        start = np.maximum(costs.min_exposures - exposed[defer_design], 1)
-        e_np, t_np = draws.numpy(defer_design, _PREPOSTERIOR_DRAWS)
-        needed[defer_design] = exposures_to_resolve(
-            e_np, t_np, costs.threshold, costs.forget_below, start
-        )
+    # in chunks: each memory's answer is its own, and one (37k x 500) float64 gather
+    # at 100k memories is 150 MB of fresh pages, whose faults cost more than the copy
+    for lo in range(0, defer_design.size, _PREPOSTERIOR_CHUNK):
+        part = defer_design[lo : lo + _PREPOSTERIOR_CHUNK]
+        start = np.maximum(costs.min_exposures - exposed[part], 1)
+        e_np, t_np = draws.numpy(part, _PREPOSTERIOR_DRAWS)
+        needed[part] = exposures_to_resolve(e_np, t_np, costs.threshold, costs.forget_below, start)
     defer_sampler = (action == DEFER) & eligible  # blocked by sampler health: exposures do not help
     needed[defer_sampler] = 0
 
