@@ -203,3 +203,27 @@ class StoredRhat:
         """The stored R-hat of memories ``index`` (positions in the draws' ``memory``), float64,
         and whether each one describes the memory's draws (bool), both ``(len(index),)``."""
         return self.values[index], self.usable()[index]
+
+    def every_memory(self) -> np.ndarray:
+        """float64 ``(M,)``: the R-hat of every memory, stored where usable, else computed
+        (:func:`~cmp_bayes.posterior.sampling_checks.memory_rhat`)."""
+        out = self.values.copy()
+        redo = ~self.usable()
+        if redo.any():
+            ids = self._draws["memory"].to_numpy()
+            out[redo] = memory_rhat(self._draws, ids[redo])
+        return out
+
+
+def stored_tau_rhat(tree: xr.DataTree) -> np.ndarray | None:
+    """Every memory's R-hat of its memory-level tau, from the stored group (None without one).
+
+    In the order of the ``posterior`` group's ``memory``; what the group no longer
+    describes (:class:`StoredRhat`) is computed.
+    """
+    post = tree["posterior"].to_dataset()
+    name = memory_variable(post, "tau")
+    if name not in post or set(post[name].dims) != {"chain", "draw", "memory"}:
+        return None
+    stored = StoredRhat.read(tree, name, post[name])
+    return None if stored is None else stored.every_memory()
