@@ -136,11 +136,14 @@ def test_a_real_fit_stores_them(tmp_path) -> None:
         ({}, Costs(estimand="utility", threshold=0.002)),
         ({"per_query": True}, Costs()),
         ({}, Costs(capacity=30)),
+        ({"pair_model": "gated"}, Costs(estimand="utility", threshold=0.002)),
     ],
-    ids=["tau", "utility", "per-query", "capacity"],
+    ids=["tau", "utility", "per-query", "capacity", "gated"],
 )
 def test_same_table_with_and_without_the_stored_group(kwargs: dict, costs: Costs) -> None:
     tree = synthetic_posterior(memory_table(150, seed=6), draws=100, seed=6, **kwargs)
+    if "pair_model" in kwargs:  # the gated form stores the R-hat of its memory-level draws
+        assert tree[GROUP]["rhat_utility"].attrs["variable"] == "utility_memory"
     with_it = quiet_decide(tree, costs)
     assert np.isfinite(with_it["rhat"]).sum() > 10  # R-hats were needed
     pd.testing.assert_frame_equal(with_it, quiet_decide(without_group(tree), costs))

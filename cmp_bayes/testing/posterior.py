@@ -156,9 +156,7 @@ def synthetic_posterior(
         ``observed_data.query_steps``). Default 10 steps for each of
         ``q0 .. q{n_queries - 1}`` and every query of ``pairs``.
     memory_diagnostics : bool
-        Add the ``memory_diagnostics`` group as ``fit`` does (each memory's R-hat
-        of tau and utility, :mod:`cmp_bayes.posterior.memory_diagnostics`; with 2
-        chains or more). False: a posterior as written before the group existed.
+        Add the group ``fit`` adds (each memory's stored R-hat; 2 chains or more).
 
     Returns
     -------
