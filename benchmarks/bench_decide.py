@@ -1,4 +1,4 @@
-"""Time ``decide`` at 10k and 100k memories: today's kernels against the ones they replaced.
+"""Time ``decide`` at 10k and 100k memories: the stored R-hat, today's kernels, the ones they replaced.
 
 Run: ``OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/bench_decide.py
 [--memories 10000 100000] [--out reports/benchmarks/decide.md]``.
@@ -9,20 +9,27 @@ on tau; the prior groups thinned to 2 draws, which decide never reads). Per
 size, one timed ``decide`` each way, wall and CPU time (``time.process_time``,
 all threads of this process):
 
-* after: decide as it is (:func:`cmp_bayes.posterior.sampling_checks.rank_rhat`,
-  the screened :func:`cmp_bayes.decision.preposterior.exposures_to_resolve`,
+* stored: decide on the posterior as ``fit`` writes it, with the
+  ``memory_diagnostics`` group (each memory's R-hat computed at fit time,
+  :mod:`cmp_bayes.posterior.memory_diagnostics`): the R-hat of the memories
+  about to be forgotten is read, after one pass that checks the draws are still
+  the ones it describes;
+* after: the same posterior without that group (as saved before it existed):
+  the R-hat computed in decide
+  (:func:`cmp_bayes.posterior.sampling_checks.memory_rhat`, i.e. ``rank_rhat``);
+  everything else as in "stored" (the screened
+  :func:`cmp_bayes.decision.preposterior.exposures_to_resolve`,
   :meth:`cmp_bayes.decision.draws.MemoryDraws.summaries`);
-* before: the same decide with three parts computed as they were: the
-  per-memory R-hat through ``arviz_stats.rhat(method="rank")`` (its kernel
-  once per memory from Python), ``exposures_to_resolve`` as the plain scan
-  (:func:`plain_scan`: both reweightings of all draws at every try), and
-  P(useful) and the posterior mean through xarray (whose NaN-skipping mean
-  copies every draw). The vectorised reasons and draw picking of issue 15 stay
-  in both columns.
+* before: "after" with three parts computed as they were: the per-memory R-hat
+  through ``arviz_stats.rhat(method="rank")`` (its kernel once per memory from
+  Python), ``exposures_to_resolve`` as the plain scan (:func:`plain_scan`: both
+  reweightings of all draws at every try), and P(useful) and the posterior mean
+  through xarray (whose NaN-skipping mean copies every draw).
 
-Beside the totals, the CPU time inside the R-hat and the preposterior (both
-columns), and ``reasons`` (after column), so what remains is visible; "same
-table" checks that both give the same table (R-hat to 1e-10). The machine
+Beside the totals, the CPU time inside the R-hat (``rule._memory_rhat``: the
+stored lookup and its check, or the computation) and the preposterior (each
+column), and ``reasons`` (stored column), so what remains is visible; "same
+table" checks that all three give the same table (R-hat to 1e-10). The machine
 (nproc, load average before and after) goes in the header.
 """
 
@@ -47,6 +54,7 @@ from cmp_bayes.decision import rule
 from cmp_bayes.decision.draws import MemoryDraws
 from cmp_bayes.decision.preposterior import plain_scan
 from cmp_bayes.posterior import sampling_checks
+from cmp_bayes.posterior.memory_diagnostics import GROUP
 from cmp_bayes.testing import synthetic_posterior
 from cmp_bayes.testing.posterior import memory_table
 
@@ -84,9 +92,11 @@ def timed(fn: Callable[..., Any], spent: dict[str, float], key: str) -> Callable
 def run_decide(post: xr.DataTree, before: bool) -> tuple[float, float, dict, Any]:
     """One decide, with the replaced kernels if ``before``: wall s, CPU s, CPU by part, table."""
     spent: dict[str, float] = defaultdict(float)
-    saved = (rule.memory_rhat, rule.exposures_to_resolve, rule.reason_texts)
+    saved = (rule.memory_rhat, rule.exposures_to_resolve, rule.reason_texts, rule._memory_rhat)
     saved_summaries = MemoryDraws.summaries
-    rule.memory_rhat = timed(arviz_memory_rhat if before else saved[0], spent, "rhat")
+    if before:
+        rule.memory_rhat = arviz_memory_rhat
+    rule._memory_rhat = timed(saved[3], spent, "rhat")
     rule.exposures_to_resolve = timed(plain_scan if before else saved[1], spent, "preposterior")
     rule.reason_texts = timed(saved[2], spent, "reasons")
     if before:
@@ -98,9 +108,24 @@ def run_decide(post: xr.DataTree, before: bool) -> tuple[float, float, dict, Any
             table = rule.decide(post).table
             wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     finally:
-        rule.memory_rhat, rule.exposures_to_resolve, rule.reason_texts = saved
+        rule.memory_rhat, rule.exposures_to_resolve, rule.reason_texts, rule._memory_rhat = saved
         MemoryDraws.summaries = saved_summaries  # type: ignore[method-assign]
     return wall, cpu, dict(spent), table
+
+
+def without_stored(post: xr.DataTree) -> xr.DataTree:
+    """``post`` without its ``memory_diagnostics`` group (a posterior saved before it existed)."""
+    out = post.copy()
+    if GROUP in out.children:
+        del out[GROUP]
+    return out
+
+
+def same_table(a: Any, b: Any) -> bool:
+    """Equal tables, R-hat to 1e-10 (arviz_stats' R-hat and the kernel differ by rounding)."""
+    return a.drop(columns="rhat").equals(b.drop(columns="rhat")) and bool(
+        np.allclose(a["rhat"], b["rhat"], rtol=0, atol=1e-10, equal_nan=True)
+    )
 
 
 def main() -> None:
@@ -111,23 +136,24 @@ def main() -> None:
 
     load_before = os.getloadavg()
     # warm-up: imports (arviz_stats, scipy) and first calls are not decide's compute
-    run_decide(synthetic_posterior(n_memories=50, chains=CHAINS, draws=DRAWS), True)
-    run_decide(synthetic_posterior(n_memories=50, chains=CHAINS, draws=DRAWS), False)
+    small = synthetic_posterior(n_memories=50, chains=CHAINS, draws=DRAWS)
+    for warm, before in ((without_stored(small), True), (without_stored(small), False), (small, False)):
+        run_decide(warm, before)
     rows = []
     for n in args.memories:
         post = synthetic_posterior(
             memory_table(n, seed=0), chains=CHAINS, draws=DRAWS, prior_draws=2, seed=0
         )
-        after = run_decide(post, False)
-        before = run_decide(post, True)
-        a, b = after[3], before[3]
-        same = a.drop(columns="rhat").equals(b.drop(columns="rhat")) and bool(
-            np.allclose(a["rhat"], b["rhat"], rtol=0, atol=1e-10, equal_nan=True)
-        )
+        plain = without_stored(post)
+        stored = run_decide(post, False)
+        after = run_decide(plain, False)
+        before = run_decide(plain, True)
+        a = stored[3]
+        same = same_table(a, after[3]) and same_table(a, before[3])
         counts = a["action"].value_counts()
         rows.append((n, int(np.isfinite(a["rhat"]).sum()), int(counts.get("forget", 0)),
-                     before, after, same))
-        del post
+                     before, after, stored, same))
+        del post, plain
         print(f"done {n:,}", file=sys.stderr, flush=True)
     load_after = os.getloadavg()
 
@@ -138,12 +164,16 @@ def main() -> None:
         f"--memories {' '.join(str(n) for n in args.memories)}` (one run per cell).",
         "",
         f"Posteriors: `synthetic_posterior(memory_table(n))`, {CHAINS} chains x {DRAWS} draws, "
-        "default `Costs` (20:1, threshold 0.05 on tau). Before = decide with the kernels this "
-        "benchmark's docstring lists as replaced: the per-memory R-hat through "
-        "`arviz_stats.rhat(method=\"rank\")` (one kernel call per memory), `exposures_to_resolve` "
-        "as the plain scan (both reweightings of all draws at every try), P(useful) and means "
-        "through xarray; after = decide as it is (`rank_rhat`, the screened scan, "
-        "`MemoryDraws.summaries`). Everything else identical.",
+        "default `Costs` (20:1, threshold 0.05 on tau). Stored = decide on the posterior as "
+        "`fit` writes it, with the `memory_diagnostics` group (each memory's R-hat computed at "
+        "fit time; decide reads those of the memories about to be forgotten after one pass "
+        "checking that the draws are the ones they describe); after = the same posterior "
+        "without that group, so decide computes those R-hats (`rank_rhat`); before = after "
+        "with the kernels this benchmark's docstring lists as replaced: the per-memory R-hat "
+        "through `arviz_stats.rhat(method=\"rank\")` (one kernel call per memory), "
+        "`exposures_to_resolve` as the plain scan (both reweightings of all draws at every "
+        "try), P(useful) and means through xarray. Everything else identical; all three in "
+        "the same run.",
         "",
         f"Machine: nproc={os.cpu_count()}, {platform.processor() or platform.machine()}, "
         f"Python {platform.python_version()}, numpy {np.__version__}; load average "
@@ -151,19 +181,21 @@ def main() -> None:
         f"{load_after[0]:.2f}/{load_after[1]:.2f}/{load_after[2]:.2f} after "
         "(the cores are shared with other jobs: wall times are noisy, CPU times less so).",
         "",
-        "| memories | R-hat computed | forgotten | before wall / CPU (s) | after wall / CPU (s) "
-        "| CPU ratio | R-hat CPU before / after (s) | preposterior CPU before / after (s) "
-        "| after: reasons CPU (s) | same table |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | :---: |",
+        "| memories | R-hat needed | forgotten | before wall / CPU (s) | after wall / CPU (s) "
+        "| stored wall / CPU (s) | CPU ratio before / stored, after / stored "
+        "| R-hat CPU before / after / stored (s) | preposterior CPU before / after / stored (s) "
+        "| stored: reasons CPU (s) | same table |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | :---: |",
     ]
-    for n, n_rhat, n_forget, before, after, same in rows:
+    for n, n_rhat, n_forget, before, after, stored, same in rows:
+        parts = (before[2], after[2], stored[2])
         lines.append(
             f"| {n:,} | {n_rhat:,} | {n_forget:,} | {before[0]:.2f} / {before[1]:.2f} | "
-            f"{after[0]:.2f} / {after[1]:.2f} | {before[1] / after[1]:.1f}x | "
-            f"{before[2].get('rhat', 0.0):.2f} / {after[2].get('rhat', 0.0):.2f} | "
-            f"{before[2].get('preposterior', 0.0):.2f} / "
-            f"{after[2].get('preposterior', 0.0):.2f} | "
-            f"{after[2].get('reasons', 0.0):.2f} | {'yes' if same else 'NO'} |"
+            f"{after[0]:.2f} / {after[1]:.2f} | {stored[0]:.2f} / {stored[1]:.2f} | "
+            f"{before[1] / stored[1]:.1f}x, {after[1] / stored[1]:.1f}x | "
+            + " / ".join(f"{p.get('rhat', 0.0):.2f}" for p in parts) + " | "
+            + " / ".join(f"{p.get('preposterior', 0.0):.2f}" for p in parts) + " | "
+            f"{stored[2].get('reasons', 0.0):.2f} | {'yes' if same else 'NO'} |"
         )
     text = "\n".join(lines) + "\n"
     print(text)

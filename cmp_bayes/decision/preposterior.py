@@ -57,10 +57,15 @@ def reweighted_p(
     """
     n = np.asarray(n, dtype="float64")
     n = n[:, None] if n.ndim == 1 else n
-    # log weights (M, S, D), shifted by their row maximum so exp never underflows to all-zero
-    logw = -(n[:, :, None] / (2.0 * OUTCOME_VAR)) * (tau[:, None, :] - tau_hat[:, :, None]) ** 2
+    # log weights (M, S, D), shifted by their row maximum so exp never underflows to all-zero;
+    # -(n / 2 s2) * (tau - tau_hat)^2 computed in one (M, S, D) buffer, the same operations
+    logw = np.subtract(tau[:, None, :], tau_hat[:, :, None])
+    np.square(logw, out=logw)
+    if logw.dtype != np.float64:  # float32 draws: the product below is float64, as before
+        logw = logw.astype(np.float64)
+    np.multiply(-(n[:, :, None] / (2.0 * OUTCOME_VAR)), logw, out=logw)
     logw -= logw.max(axis=2, keepdims=True)
-    w = np.exp(logw)
+    w = np.exp(logw, out=logw)
     useful = (estimand > threshold).astype("float64")
     return np.einsum("msd,md->ms", w, useful) / w.sum(axis=2)
 
@@ -201,8 +206,16 @@ def _p_after(
     n: np.ndarray,
     threshold: float,
 ) -> np.ndarray:
-    """:func:`reweighted_p` of memories ``idx`` for one ``tau_hat`` each (``hat[idx]``)."""
-    return reweighted_p(estimand[idx], tau[idx], hat[idx, None], n, threshold)[:, 0]
+    """:func:`reweighted_p` of memories ``idx`` for one ``tau_hat`` each (``hat[idx]``),
+    in blocks of :data:`_SCREEN_BLOCK` memories (each memory's row is computed alone, so
+    the numbers are the same as in one call; the temporaries stay small and reused)."""
+    out = np.empty(idx.size)
+    for lo in range(0, idx.size, _SCREEN_BLOCK):
+        rows = idx[lo : lo + _SCREEN_BLOCK]
+        out[lo : lo + rows.size] = reweighted_p(
+            estimand[rows], tau[rows], hat[rows, None], n[lo : lo + rows.size], threshold
+        )[:, 0]
+    return out
 
 
 #: Memories per block of :func:`_screening` (its temporaries stay in cache;
@@ -246,9 +259,11 @@ def _screening(
     """``tau_hat`` (M, 2: the useless, the useful draws' mean tau) and the bound of each."""
     m, d = estimand.shape
     n_useful = np.empty(m, dtype="int64")
+    above = np.empty((m, d), dtype=bool)  # the useful draws, compared once (1 byte a draw)
     for lo in range(0, m, _SCREEN_BLOCK):
         sl = slice(lo, lo + _SCREEN_BLOCK)
-        n_useful[sl] = (estimand[sl] > threshold).sum(axis=1)
+        np.greater(estimand[sl], threshold, out=above[sl])
+        n_useful[sl] = above[sl].sum(axis=1)
     # memories with more useful draws than _BOUND_USEFUL keep only the cheap bound
     k = int(min(max(n_useful.max(), 1), _BOUND_USEFUL))
     summed = n_useful <= k
@@ -259,7 +274,7 @@ def _screening(
     scale = -1.0 / (2.0 * OUTCOME_VAR)
     for lo in range(0, m, _SCREEN_BLOCK):
         sl = slice(lo, lo + _SCREEN_BLOCK)
-        useful, t = estimand[sl] > threshold, tau[sl]
+        useful, t = above[sl], tau[sl]
         n_u = n_useful[sl]
         n_l = d - n_u
         rest = np.where(useful, 0.0, t)

@@ -69,6 +69,7 @@ from cmp_bayes.decision.workload import WORKLOAD_VARIABLE, read_mix
 from cmp_bayes.errors import ConfigError
 from cmp_bayes.posterior.health import memory_rhat, sampler_health
 from cmp_bayes.posterior.io import as_posterior
+from cmp_bayes.posterior.memory_diagnostics import StoredRhat
 from cmp_bayes.posterior.provenance import memory_texts, provenance
 from cmp_bayes.text import add_text
 
@@ -88,6 +89,8 @@ __all__ = [
 #: preposterior probabilities are means over draws, so 500 draws give them a
 #: Monte Carlo sd of at most sqrt(.25 / 500) ~ 0.02 before reweighting.
 _PREPOSTERIOR_DRAWS: Final[int] = 500
+#: Memories per call of ``exposures_to_resolve`` (x 500 draws: 16 MB per array).
+_PREPOSTERIOR_CHUNK: Final[int] = 4096
 
 
 class DecisionWarning(UserWarning):
@@ -125,8 +128,10 @@ def decide(
         = posterior mean of the estimand (outcome units); the two expected
         losses (cost units); ``status``, ``exposed``, ``retrieved``,
         ``in_store`` (steps) from the identification group; ``mean_shift``
-        (prior sds, the evidence measure); ``rhat`` of the estimand (computed
-        only for memories about to be forgotten, else NaN); ``forgettable``
+        (prior sds, the evidence measure); ``rhat`` of the estimand (only for
+        memories about to be forgotten, else NaN: the value the fit stored in
+        ``memory_diagnostics`` where it still describes the draws, else
+        computed here); ``forgettable``
         (bool: the guards allow a forget, whatever the costs say);
         ``exposures_needed`` (Int64, defer rows only: extra exposures after
         which the rule can decide; <NA> elsewhere, and where more than
@@ -188,6 +193,8 @@ def decide(
     id_rank = np.empty(n, dtype="int64")
     id_rank[np.argsort(ids, kind="stable")] = np.arange(n)
     rank_key = np.lexsort((id_rank, value, p))  # increasing p, then value, then id
+    # fit's stored R-hats where they describe these draws; the rest computed as needed
+    stored = StoredRhat.read(dt, draws.variable, est)
     rhat = np.full(n, np.nan)
     rhat_bad = np.zeros(n, dtype=bool)
     checked = np.zeros(n, dtype=bool)
@@ -203,7 +210,7 @@ def decide(
         unchecked = forget_idx[~checked[forget_idx]]
         bad = unchecked[:0]
         if unchecked.size:
-            rhat[unchecked] = memory_rhat(est, ids[unchecked])
+            rhat[unchecked] = _memory_rhat(est, ids, unchecked, stored)
             checked[unchecked] = True
             bad = unchecked[~(rhat[unchecked] <= costs.max_rhat) & ~np.isnan(rhat[unchecked])]
             rhat_bad[bad] = True
@@ -217,12 +224,13 @@ def decide(
 
     needed = np.full(n, np.nan)
     defer_design = np.flatnonzero((action == DEFER) & ~eligible)
-    if defer_design.size:
-        start = np.maximum(costs.min_exposures - exposed[defer_design], 1)
-        e_np, t_np = draws.numpy(defer_design, _PREPOSTERIOR_DRAWS)
-        needed[defer_design] = exposures_to_resolve(
-            e_np, t_np, costs.threshold, costs.forget_below, start
-        )
+    # in chunks: each memory's answer is its own, and one (37k x 500) float64 gather
+    # at 100k memories is 150 MB of fresh pages, whose faults cost more than the copy
+    for lo in range(0, defer_design.size, _PREPOSTERIOR_CHUNK):
+        part = defer_design[lo : lo + _PREPOSTERIOR_CHUNK]
+        start = np.maximum(costs.min_exposures - exposed[part], 1)
+        e_np, t_np = draws.numpy(part, _PREPOSTERIOR_DRAWS)
+        needed[part] = exposures_to_resolve(e_np, t_np, costs.threshold, costs.forget_below, start)
     defer_sampler = (action == DEFER) & eligible & ~prior.waits  # blocked by sampler health
     needed[defer_sampler] = 0  # exposures do not help
 
@@ -287,6 +295,18 @@ def decide(
         store=source["store"],
         texts=texts,
     )
+
+
+def _memory_rhat(
+    est: xr.DataArray, ids: np.ndarray, index: np.ndarray, stored: StoredRhat | None
+) -> np.ndarray:
+    """R-hat of memories ``index`` (positions): stored where usable, else :func:`memory_rhat`."""
+    if stored is None:
+        return memory_rhat(est, ids[index])
+    out, usable = stored.lookup(index)
+    if not usable.all():
+        out[~usable] = memory_rhat(est, ids[index[~usable]])
+    return out
 
 
 def _forget_set(

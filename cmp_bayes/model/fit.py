@@ -68,9 +68,11 @@ def fit(
     -------
     xarray.DataTree
         Groups posterior, prior, posterior_predictive, prior_predictive,
-        observed_data, sample_stats, identification, and log_likelihood
+        observed_data, sample_stats, identification, log_likelihood
         (memory-level fits: each exposed memory's tau_obs per draw; see
-        docs/model.md). A NUTS fit whose divergences or hyperparameter R-hat
+        docs/model.md) and memory_diagnostics (each memory's rank R-hat of
+        tau and utility over the kept draws, with 2 chains or more;
+        :mod:`cmp_bayes.posterior.memory_diagnostics`). A NUTS fit whose divergences or hyperparameter R-hat
         fail the sampler-health verdict is rerun on the schedule of
         ``SamplerConfig.max_attempts``; the root attributes ``fit_attempts``
         (JSON, every attempt) and ``fit_attempt_kept`` (the attempt whose draws
@@ -106,8 +108,11 @@ def fit(
 
         if model.pair_model == "gated":
             from cmp_bayes.model.gated_fit import fit_gated
+            from cmp_bayes.posterior.memory_diagnostics import with_memory_diagnostics
 
-            tree = fit_gated(stats, exposure_stats(log, by="pair"), model, scfg, meta)
+            tree = with_memory_diagnostics(
+                fit_gated(stats, exposure_stats(log, by="pair"), model, scfg, meta)
+            )
             tree.attrs.update(root_attrs(model, scfg, meta, tree.attrs["outcome_kind"], by="query"))
             return tree
         pair_stats = exposure_stats(log, by="query")
@@ -204,6 +209,7 @@ def fit_stats(
     from cmp_bayes.model.recover import recover
     from cmp_bayes.model.sampling import attempts_json, sample_until_healthy
     from cmp_bayes.posterior.identification import identification_group
+    from cmp_bayes.posterior.memory_diagnostics import GROUP, memory_diagnostics
     from cmp_bayes.posterior.provenance import with_memory_text
 
     if stats.sizes.get("memory", 0) == 0:
@@ -275,11 +281,15 @@ def fit_stats(
     }
     if rec.log_lik is not None:
         groups["log_likelihood"] = log_likelihood_group(rec.log_lik, post, data)
+    # each memory's R-hat of tau and utility over the kept draws, once, so decide need not
+    diagnostics = memory_diagnostics(post)
+    if diagnostics is not None:
+        groups[GROUP] = diagnostics
     if pair_stats is None:
-        from cmp_bayes.model.sensitivity import GROUP, grid_pmfs, sensitivity_group
+        from cmp_bayes.model import sensitivity
 
         # decide asks of every forget whether it survives the stated alternative priors
-        groups[GROUP] = sensitivity_group(data, grid_pmfs(data, flat))
+        groups[sensitivity.GROUP] = sensitivity.sensitivity_group(data, sensitivity.grid_pmfs(data, flat))
     if meta.get("memory_text") is not None:
         groups["posterior"] = with_memory_text(groups["posterior"], meta["memory_text"])
     tree = xr.DataTree.from_dict(groups)

@@ -25,6 +25,19 @@ MEMORY_VARS: tuple[str, ...] = ("rho", "tau", "utility")
 MEMORY_SUFFIX: str = "_memory"
 #: The pointwise log-likelihood variable of the ``log_likelihood`` group.
 LOG_LIKELIHOOD_VAR: str = "tau_obs"
+#: The optional group of per-memory diagnostics computed at fit time
+#: (:mod:`cmp_bayes.posterior.memory_diagnostics`): for each estimand e, ``rhat_e`` over
+#: ``memory`` (the rank R-hat of the memory-level draws of e: ``e``, or ``e_memory`` in
+#: per-query and gated posteriors) and ``split_mean_e`` over (``memory``, :data:`SPLIT_DIM`)
+#: (each half-chain's mean of those draws); group attributes ``chains`` and ``draws``.
+MEMORY_DIAGNOSTICS: str = "memory_diagnostics"
+MEMORY_DIAGNOSTICS_ESTIMANDS: tuple[str, ...] = ("tau", "utility")
+MEMORY_DIAGNOSTICS_VARS: tuple[str, ...] = (
+    *(f"rhat_{e}" for e in MEMORY_DIAGNOSTICS_ESTIMANDS),
+    *(f"split_mean_{e}" for e in MEMORY_DIAGNOSTICS_ESTIMANDS),
+)
+MEMORY_DIAGNOSTICS_ATTRS: tuple[str, ...] = ("chains", "draws")
+SPLIT_DIM: str = "split_chain"
 #: Root attribute ``by`` of each form.
 BY_MEMORY, BY_QUERY = "memory", "query"
 
@@ -116,6 +129,11 @@ GROUPS: tuple[GroupContract, ...] = (
     # each exposed memory's marginal log-likelihood per draw, for PSIS-LOO; memory-level
     # fits only, over the exposed memories (a subset of the posterior's memory ids)
     GroupContract("log_likelihood", (LOG_LIKELIHOOD_VAR,), _DRAWN, _DRAWN, required=False),
+    # each memory's R-hat of tau and utility over the saved draws, computed at fit time (decide
+    # reads it instead of recomputing); posteriors written before it existed have none
+    GroupContract(
+        MEMORY_DIAGNOSTICS, MEMORY_DIAGNOSTICS_VARS, ("memory",), ("memory",), required=False
+    ),
 )
 #: Group name -> its contract.
 GROUP: dict[str, GroupContract] = {g.name: g for g in GROUPS}

@@ -55,6 +55,7 @@ from cmp_bayes.constants import MAX_DIVERGENCE_SHARE, RHAT_MAX
 from cmp_bayes.posterior import gates
 from cmp_bayes.posterior import sampling_checks as checks
 from cmp_bayes.posterior.gates import ADVISORY_RHAT_CHECK, DIVERGENCE_CHECK, RHAT_CHECK
+from cmp_bayes.posterior.memory_diagnostics import stored_tau_rhat
 from cmp_bayes.posterior.sampling_checks import (
     ENTITY_DIMS,
     SAMPLE_DIMS,
@@ -257,8 +258,9 @@ def sampler_health(
         Largest share of divergent draws that passes (in [0, 1], ``<=``).
     advisory : bool
         Also run the advisory checks (tree depth, E-BFMI, ESS, R-hat of tau
-        over every memory: about 3 s per 1,000 memories). They never change
-        ``ok``, so ``decide`` skips them.
+        over every memory: about 3 s per 1,000 memories, unless the fit stored
+        them in ``memory_diagnostics``). They never change ``ok``, so ``decide``
+        skips them.
 
     Returns
     -------
@@ -288,7 +290,7 @@ def sampler_health(
             checks.bfmi_check(diag),
             *rhat_rows,
             checks.ess_check(post, hyper, chains),
-            checks.tau_rhat_check(post, chains),
+            checks.tau_rhat_check(post, chains, stored_tau_rhat(posterior)),
         ]
     else:
         rows = [div_check, *rhat_rows]

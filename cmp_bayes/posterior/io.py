@@ -25,6 +25,8 @@ from cmp_bayes.posterior.contract import (
     GATED_MEMORY_VARS,
     GATED_PAIR_VARS,
     GROUPS,
+    MEMORY_DIAGNOSTICS,
+    MEMORY_DIAGNOSTICS_ATTRS,
     MEMORY_TEXT,
     PAIR_COORDS,
     PAIR_IDENTIFICATION,
@@ -58,7 +60,9 @@ def save_posterior(
     path : str or Path
         Target file; its folder is created.
     thin : int
-        Keep every ``thin``-th draw of the groups in ``THINNED_GROUPS``.
+        Keep every ``thin``-th draw of the groups in ``THINNED_GROUPS``. A thinned
+        file leaves out the ``memory_diagnostics`` group: its R-hats describe the
+        draws before thinning (decide recomputes them from the kept draws).
     drop_groups : iterable of str
         Groups to leave out (e.g. ``("prior_predictive", "posterior_predictive")``);
         ``posterior`` and ``identification`` cannot be dropped.
@@ -76,7 +80,7 @@ def save_posterior(
     check_posterior(dt, str(path))
     groups: dict[str, xr.Dataset] = {}
     for name, node in dt.children.items():  # a child's key is its name (node.name is str | None)
-        if name in drop:
+        if name in drop or (thin > 1 and name == MEMORY_DIAGNOSTICS):
             continue
         ds = node.to_dataset()
         if thin > 1 and name in THINNED_GROUPS and "draw" in ds.dims:
@@ -141,7 +145,8 @@ def check_posterior(dt: xr.DataTree, where: str = "posterior") -> None:
     required ones must exist; the others, when present, must hold their
     variables), each variable's dims in the memory-level or per-query form
     (``by`` root attribute, else a ``query`` dim on ``posterior.tau``), the
-    memory ids of ``identification`` against ``posterior``, the optional
+    memory ids of ``identification`` and ``memory_diagnostics`` against ``posterior``
+    (the latter with its ``chains``, ``draws`` attributes), the optional
     ``memory_text`` coordinate (along ``memory`` only), and the root
     attributes. The message names ``where`` (the file) and everything missing.
     """
@@ -180,6 +185,8 @@ def check_posterior(dt: xr.DataTree, where: str = "posterior") -> None:
         raise PosteriorError(f"{where}: 'identification' and 'posterior' disagree on the memory ids")
     if "log_likelihood" in dt.children:
         _check_log_likelihood(dt, post, where)
+    if MEMORY_DIAGNOSTICS in dt.children:
+        _check_memory_diagnostics(dt, post, where)
     if MEMORY_TEXT in post.coords and post[MEMORY_TEXT].dims != ("memory",):
         raise PosteriorError(
             f"{where}: posterior coordinate '{MEMORY_TEXT}' must be along ('memory',), "
@@ -244,6 +251,19 @@ def _check_log_likelihood(dt: xr.DataTree, post: xr.Dataset, where: str) -> None
             f"{where}: 'log_likelihood' has {shape} draws, the posterior "
             f"{ {d: post.sizes[d] for d in SAMPLE_DIMS} }"
         )
+
+
+def _check_memory_diagnostics(dt: xr.DataTree, post: xr.Dataset, where: str) -> None:
+    """The stored per-memory diagnostics cover the posterior's memories and say what draws
+    they were computed on (sizes other than the posterior's are allowed: readers ignore them)."""
+    group = dt[MEMORY_DIAGNOSTICS]
+    if not np.array_equal(
+        np.asarray(group["memory"].values).astype(str), np.asarray(post["memory"].values).astype(str)
+    ):
+        raise PosteriorError(f"{where}: '{MEMORY_DIAGNOSTICS}' and 'posterior' disagree on the memory ids")
+    lacking = [a for a in MEMORY_DIAGNOSTICS_ATTRS if a not in group.attrs]
+    if lacking:
+        raise PosteriorError(f"{where}: group '{MEMORY_DIAGNOSTICS}' lacks attribute(s) {lacking}")
 
 
 def check_version(dt: xr.DataTree, where: str = "posterior") -> None:

@@ -330,12 +330,18 @@ def ess_check(post: xr.Dataset, hyper: list[str], chains: int) -> Check:
     )
 
 
-def tau_rhat_check(post: xr.Dataset, chains: int) -> Check:
-    """Advisory: :func:`rhat` of tau for every memory (over 1.01 by chance among many)."""
+def tau_rhat_check(post: xr.Dataset, chains: int, values: np.ndarray | None = None) -> Check:
+    """Advisory: :func:`rhat` of tau for every memory (over 1.01 by chance among many).
+
+    ``values``: those R-hats when already known (the fit's stored ones,
+    :mod:`cmp_bayes.posterior.memory_diagnostics`); otherwise computed here.
+    """
     name = "tau_memory" if "tau_memory" in post else "tau"
     if name not in post or chains < 2:
         return Check("R-hat (tau, every memory)", "n/a", f"<= {RHAT_MAX}", None, gate=False)
-    values = rhat(post[[name]])[name].to_numpy()
+    if values is None:
+        values = rhat(post[[name]])[name].to_numpy()
+    values = np.asarray(values, dtype="float64")
     values = values[np.isfinite(values)]
     if values.size == 0:
         return Check(

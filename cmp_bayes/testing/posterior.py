@@ -6,7 +6,8 @@ for everything that reads a posterior (decide, recommend, report) without
 fitting a model. Its memories come from :func:`memory_table` (or a table of
 your own): a design status and a target P(tau > threshold) each. The draws are
 independent across chains and draws, so R-hat is near 1 unless a test breaks
-it on purpose (``stuck_chain``).
+it on purpose (``stuck_chain``). Like ``fit``'s, it carries the
+``memory_diagnostics`` group (each memory's stored R-hat) unless asked not to.
 """
 
 from __future__ import annotations
@@ -106,6 +107,7 @@ def synthetic_posterior(
     pair_model: str | None = None,
     pairs: pd.DataFrame | None = None,
     query_steps: dict[str, int] | pd.Series | None = None,
+    memory_diagnostics: bool = True,
 ) -> xr.DataTree:
     """A DataTree that follows the posterior contract (passes ``check_posterior``).
 
@@ -153,11 +155,14 @@ def synthetic_posterior(
         Gated form: steps per query of the log (the log's query mix written to
         ``observed_data.query_steps``). Default 10 steps for each of
         ``q0 .. q{n_queries - 1}`` and every query of ``pairs``.
+    memory_diagnostics : bool
+        Add the group ``fit`` adds (each memory's stored R-hat; 2 chains or more).
 
     Returns
     -------
     xarray.DataTree
     """
+    from cmp_bayes.posterior.memory_diagnostics import with_memory_diagnostics
     from cmp_bayes.version import __version__
 
     if pair_model is not None:
@@ -167,8 +172,10 @@ def synthetic_posterior(
             raise ValueError("the gated form has no per_query or log_likelihood option")
         mem = memory_table(n_memories, seed) if memories is None else memories.reset_index(drop=True)
         base = synthetic_posterior(mem, chains=chains, draws=draws, prior_draws=prior_draws, seed=seed,
-                                   divergences=divergences, stuck_chain=stuck_chain, threshold=threshold)
-        return gated_posterior(base, mem, pair_model, n_queries, pairs, query_steps, seed)
+                                   divergences=divergences, stuck_chain=stuck_chain, threshold=threshold,
+                                   memory_diagnostics=False)
+        gated = gated_posterior(base, mem, pair_model, n_queries, pairs, query_steps, seed)
+        return with_memory_diagnostics(gated) if memory_diagnostics else gated
     mem = memory_table(n_memories, seed) if memories is None else memories.reset_index(drop=True)
     if draws % 2:
         raise ValueError("draws must be even (the draws are balanced over half-chains)")
@@ -243,7 +250,7 @@ def synthetic_posterior(
         by=BY_QUERY if per_query else BY_MEMORY,
         thin_step=1,
     )
-    return dt
+    return with_memory_diagnostics(dt) if memory_diagnostics else dt
 
 
 def _hyper_draws(rng: np.random.Generator, n: int, spread: float) -> dict[str, np.ndarray]:
