@@ -51,8 +51,8 @@ COLUMNS: Final[tuple[str, ...]] = (
     "forgettable",
     "exposures_needed",
     "reason",
-    *PROVENANCE_COLUMNS,
     *PRIOR_COLUMNS,
+    *PROVENANCE_COLUMNS,
 )
 #: Columns :meth:`Decisions.to_csv` adds after :data:`COLUMNS`: the rule the decisions were
 #: made under (one value each), so a CSV read alone says which costs and threshold produced it.
@@ -256,11 +256,11 @@ class Decisions:
 #: How each column of a decisions CSV is read back (other columns stay strings).
 _FLOAT_COLUMNS: Final[tuple[str, ...]] = (
     "p_useful", "expected_value", "expected_loss_retain", "expected_loss_forget", "mean_shift", "rhat",
-    "threshold", "forget_cost", "retain_cost", "forget_below",
+    "threshold", "forget_cost", "retain_cost", "forget_below", "p_useful_prior_max",
 )
 _INT_COLUMNS: Final[tuple[str, ...]] = ("exposed", "retrieved", "in_store")
 #: String columns where an empty cell means "none" (<NA>), not the empty string.
-_OPTIONAL_TEXT: Final[tuple[str, ...]] = (TEXT_COLUMN, "log_id")
+_OPTIONAL_TEXT: Final[tuple[str, ...]] = (TEXT_COLUMN, "log_id", "prior_alternative")
 _REQUIRED: Final[tuple[str, ...]] = ("memory_id", "action")
 
 
@@ -344,6 +344,14 @@ def read_decisions_csv(path: str | Path) -> pd.DataFrame:
                 i = int(wrong.to_numpy().argmax())
                 raise bad(i, col, f"expected True or False, got {raw.iloc[i]!r}")
             out[col] = raw == "True"
+        elif col == "prior_driven":  # <NA> (empty) where the check was not made
+            wrong = ~raw.isin(("True", "False", ""))
+            if wrong.any():
+                i = int(wrong.to_numpy().argmax())
+                raise bad(i, col, f"expected True, False or empty, got {raw.iloc[i]!r}")
+            flag = pd.array(raw == "True", dtype="boolean")
+            flag[(raw == "").to_numpy()] = pd.NA
+            out[col] = pd.Series(flag, index=raw.index)
         else:
             text = raw.astype("string")
             out[col] = text.where(text != "") if col in _OPTIONAL_TEXT else text

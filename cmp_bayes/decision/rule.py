@@ -271,12 +271,12 @@ def decide(
         warnings.warn(
             "no memory forgotten: " + "; ".join(health.problems), DecisionWarning, stacklevel=2
         )
+    frame = prior.columns(frame, costs)
     source = provenance(dt.attrs)
     frame["log_checksum"] = pd.Series([source["log_checksum"]] * n, dtype="string")
     frame["log_id"] = pd.Series([source["log_id"]] * n, dtype="string")
     texts = memory_texts(dt)
     frame = add_text(frame, texts)
-    frame = prior.columns(frame, costs)
     rule = DecisionRule(
         variable=draws.variable,
         threshold=costs.threshold,

@@ -97,10 +97,11 @@ def grid_pmfs(data: ModelData, hyper: Hyper, draws: int = SENSITIVITY_DRAWS) -> 
     out = np.zeros((len(ALTERNATIVES), rows.size, g))
     if rows.size == 0:
         return out.astype(np.float32)
-    key = prior_key(data, rows)
+    # the same distinct priors as the recovery, so its compiled function is reused
+    key = prior_key(data, np.arange(data.memory.size))
     _, first, prior_of = np.unique(key, axis=0, return_index=True, return_inverse=True)
-    fn = compile_prior_terms(data, rows[first])
-    prior_of = prior_of.reshape(-1)
+    fn = compile_prior_terms(data, first)
+    prior_of = prior_of.reshape(-1)[rows]
     lik = np.exp(data.pattern_loglik)  # (P, G)
     pats, pattern = np.unique(data.pattern[rows], return_inverse=True)
     lik = lik[pats]
