@@ -24,7 +24,8 @@ function), so both use the same formulas.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pymc as pm
@@ -111,6 +112,12 @@ class ModelData:
     outcome_kind: str
     pattern_offset: np.ndarray | None = None
     learn_null_mean: bool = False
+    #: compiled prior-terms functions (:func:`cmp_bayes.model.recover.compile_prior_terms`) by
+    #: the rows they cover: fit's recovery and its prior-sensitivity pmfs share one compile.
+    #: Not an init field, so ``dataclasses.replace`` starts a copy with an empty cache.
+    prior_fn_cache: dict[bytes | None, Any] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     @property
     def use_groups(self) -> bool:

@@ -81,10 +81,9 @@ def compile_prior_terms(
 
     R = M, or the memories ``rows`` only.
     """
-    # fit compiles this for the recovery and again for the prior-sensitivity pmfs: one
-    # PyTensor compile per (data, rows), cached on the data (seconds per fit in the suite)
-    cache = data.__dict__.setdefault("_prior_fn_cache", {})
-    key = None if rows is None else np.asarray(rows).tobytes()
+    # one PyTensor compile per (data, rows): it costs seconds, and fit asks twice
+    cache = data.prior_fn_cache
+    key = None if rows is None else np.asarray(rows, dtype=np.int64).tobytes()
     if key in cache:
         return cache[key]
     shapes = hyper_shapes(data)
