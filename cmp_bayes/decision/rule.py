@@ -323,8 +323,6 @@ def _forget_set(
     return order[:length], shortfall
 
 
-
-
 class _PriorState:
     """decide's prior-sensitivity bookkeeping (:mod:`cmp_bayes.decision.sensitivity`)."""
 

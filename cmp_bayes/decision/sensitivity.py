@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Final
 
 import numpy as np
+import pandas as pd
 import xarray as xr
 
 from cmp_bayes.constants import PRIOR_SENSITIVITY_GROUP, PRIOR_SENSITIVITY_VAR
@@ -75,9 +76,8 @@ def check(dt: xr.DataTree, memory_ids: np.ndarray, rows: np.ndarray, threshold: 
     descriptions = json.loads(ds.attrs.get("alternatives", "{}"))
     names = np.asarray(ds["prior_alternative"].values).astype(str)
     keep = names != "fitted"  # the fitted prior is what decide's P(useful) already is
-    stored = np.asarray(ds["memory"].values).astype(str)
-    where = {m: i for i, m in enumerate(stored)}
-    pos = np.array([where.get(m, -1) for m in memory_ids[rows]], dtype=np.int64)
+    stored = pd.Index(np.asarray(ds["memory"].values).astype(str))
+    pos = stored.get_indexer(memory_ids[rows])  # -1: not exposed, so not in the group
     have = pos >= 0
     if not have.any() or not keep.any():
         return PriorCheck(p_max, worst, descriptions)
@@ -85,7 +85,8 @@ def check(dt: xr.DataTree, memory_ids: np.ndarray, rows: np.ndarray, threshold: 
     hi = ds["tau_cell_upper"].to_numpy()
     # tau is uniform within a cell, so the share of a cell above t is linear in t
     above = np.clip((hi - threshold) / (hi - lo), 0.0, 1.0)
-    pmf = ds[VARIABLE].isel(prior_alternative=np.flatnonzero(keep)).to_numpy()[:, pos[have], :]
+    # only the checked memories' rows: the whole array is alternatives x memories x cells
+    pmf = ds[VARIABLE].values[np.ix_(np.flatnonzero(keep), pos[have])]
     p = np.einsum("amg,g->am", pmf.astype(np.float64), above)  # (A, checked)
     best = np.argmax(p, axis=0)
     idx = rows[have]
