@@ -184,8 +184,9 @@ class Decisions:
         elif c[DEFER]:
             parts.append(
                 f"{c[DEFER]} memories the rule would forget are deferred by the guards "
-                "(not identified, too few exposures, or their own R-hat): expose them as "
-                "exposures_needed says, then decide again."
+                "(not identified, too few exposures, their own R-hat, or a forget that would "
+                "be the prior's decision): expose them as exposures_needed says, then decide "
+                "again."
             )
         if self.capacity_shortfall:
             parts.append(
