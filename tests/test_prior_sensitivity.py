@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _model_fixtures import simulated_fit
 
 import cmp_bayes as cb
 from cmp_bayes.constants import PRIOR_SENSITIVITY_GROUP, PRIOR_SENSITIVITY_VAR
 from cmp_bayes.decision.sensitivity import FEW_EXPOSURES
 from cmp_bayes.errors import ConfigError
-from tests._model_fixtures import simulated_fit
 
 #: The shared fit has 250 draws x 2 chains; at that size a weak group effect's R-hat
 #: can pass 1.01 by chance, which would refuse every forget and leave nothing to test.
