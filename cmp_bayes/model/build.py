@@ -92,6 +92,12 @@ class ModelData:
         None when ``pattern_loglik`` was swapped for another likelihood (per-query).
     learn_null_mean : bool
         Whether the null component's location is a hyperparameter (``tau_null_mean``).
+    prior_family : {"mixture", "gmodel"}
+        See :class:`cmp_bayes.model.config.ModelConfig`.
+    null_atom : bool
+        gmodel with ``gmodel_null="atom"``: the null component is a point mass at 0.
+    spline : ndarray, shape (G, D), or None
+        gmodel only: the log-spline basis over the cells (:func:`spline_basis`).
     """
 
     memory: np.ndarray
@@ -112,6 +118,9 @@ class ModelData:
     outcome_kind: str
     pattern_offset: np.ndarray | None = None
     learn_null_mean: bool = False
+    prior_family: str = "mixture"
+    null_atom: bool = False
+    spline: np.ndarray | None = None
     #: compiled prior-terms functions (:func:`cmp_bayes.model.recover.compile_prior_terms`) by
     #: the rows they cover: fit's recovery and its prior-sensitivity pmfs share one compile.
     #: Not an init field, so ``dataclasses.replace`` starts a copy with an empty cache.
@@ -133,6 +142,28 @@ class ModelData:
         if self.pattern_logfeas is None or self.feasibility_of is not self.pattern_loglik:
             return None
         return self.pattern_logfeas
+
+
+def spline_basis(cells: int, df: int) -> np.ndarray:
+    """The g-model's log-spline basis over the grid cells, shape (cells, df - 1).
+
+    Cubic B-splines over the cell index (not tau: the grid's cells are narrow near
+    0, so the basis resolves small effects finely and large ones coarsely), with
+    ``df`` functions and evenly spaced knots. B-splines sum to 1 in every cell, so
+    the constant direction of the coefficients only rescales exp(Q alpha), which
+    the normalisation undoes; it is projected out (an orthonormal basis of its
+    complement), leaving ``df - 1`` identified coefficients and making an
+    isotropic prior on them a penalty on the shape alone.
+    """
+    from scipy.interpolate import BSpline
+
+    k = 3
+    x = np.arange(cells, dtype=np.float64)
+    inner = np.linspace(0.0, cells - 1.0, df - k + 1)
+    knots = np.concatenate([[0.0] * k, inner, [cells - 1.0] * k])
+    b = BSpline.design_matrix(x, knots, k).toarray()  # (cells, df)
+    q, _ = np.linalg.qr(np.column_stack([np.ones(df), np.eye(df)[:, : df - 1]]))
+    return b @ q[:, 1:]
 
 
 def rank_covariates(stats: xr.Dataset, summary: str = "median") -> tuple[np.ndarray, list[str]]:
@@ -211,23 +242,30 @@ def model_data(stats: xr.Dataset, config: ModelConfig, memory_group: np.ndarray 
         arms=arms,
         outcome_kind=kind,
         pattern_offset=offset,
-        learn_null_mean=config.learn_null_mean,
+        learn_null_mean=config.learn_null_mean and not (
+            config.prior_family == "gmodel" and config.gmodel_null == "atom"
+        ),
+        prior_family=config.prior_family,
+        null_atom=config.prior_family == "gmodel" and config.gmodel_null == "atom",
+        spline=(
+            spline_basis(grid.points.size, config.spline_df) if config.prior_family == "gmodel" else None
+        ),
     )
 
 
 def hyper_shapes(data: ModelData) -> dict[str, tuple[int, ...]]:
     """Name -> shape of every hyperparameter the graph samples."""
     p, g = len(data.covariate_names), len(data.groups)
-    shapes: dict[str, tuple[int, ...]] = {
-        "tau_null_sd": (),
-        "tau_helps_mean": (),
-        "tau_helps_sd": (),
-        "tau_hurts_mean": (),
-        "tau_hurts_sd": (),
-        "weight_intercept": (2,),
-        "rho_intercept": (),
-        "rho_kappa": (),
-    }
+    shapes: dict[str, tuple[int, ...]] = {}
+    if not data.null_atom:
+        shapes["tau_null_sd"] = ()
+    if data.spline is None:
+        shapes.update(
+            {"tau_helps_mean": (), "tau_helps_sd": (), "tau_hurts_mean": (), "tau_hurts_sd": ()}
+        )
+    else:
+        shapes["tau_spline_coef"] = (data.spline.shape[1],)
+    shapes.update({"weight_intercept": (2,), "rho_intercept": (), "rho_kappa": ()})
     if data.learn_null_mean:
         shapes["tau_null_mean"] = ()
     if p:
@@ -251,6 +289,30 @@ def _normal_logpmf(
     return logd - pt.logsumexp(logd)
 
 
+def _component_log_pmf(h: dict, data: ModelData) -> TensorVariable:
+    """(3, G) log pmf of the null, helps and hurts components on the grid."""
+    grid = data.grid
+    lw = np.log(grid.widths)
+    pts = grid.points
+    if data.null_atom:
+        null = pt.as_tensor_variable(np.where(pts == 0.0, 0.0, -np.inf))
+    else:
+        null = _normal_logpmf(
+            pts, lw, np.ones_like(pts, dtype=bool), h.get("tau_null_mean", 0.0), h["tau_null_sd"]
+        )
+    if data.spline is None:
+        helps = _normal_logpmf(pts, lw, pts > 0, h["tau_helps_mean"], h["tau_helps_sd"])
+        hurts = _normal_logpmf(pts, lw, pts < 0, -h["tau_hurts_mean"], h["tau_hurts_sd"])
+    else:
+        # one log-spline density g over the cells; "helps" and "hurts" are its two sides
+        logg = pt.dot(pt.as_tensor_variable(data.spline), h["tau_spline_coef"])
+        helps = pt.where(pts > 0, logg, -np.inf)
+        helps = helps - pt.logsumexp(helps)
+        hurts = pt.where(pts < 0, logg, -np.inf)
+        hurts = hurts - pt.logsumexp(hurts)
+    return pt.stack([null, helps, hurts])
+
+
 def prior_terms(h: dict, data: ModelData, rows: np.ndarray | None = None) -> dict:
     """Symbolic prior quantities from hyperparameters ``h`` (name -> tensor).
 
@@ -265,18 +327,7 @@ def prior_terms(h: dict, data: ModelData, rows: np.ndarray | None = None) -> dic
         ``eta`` (M, 2): log-odds of helps and hurts against null;
         ``rho_a``, ``rho_b`` (M,): Beta prior parameters of each memory's rho.
     """
-    grid = data.grid
-    lw = np.log(grid.widths)
-    pts = grid.points
-    log_pmf = pt.stack(
-        [
-            _normal_logpmf(
-                pts, lw, np.ones_like(pts, dtype=bool), h.get("tau_null_mean", 0.0), h["tau_null_sd"]
-            ),
-            _normal_logpmf(pts, lw, pts > 0, h["tau_helps_mean"], h["tau_helps_sd"]),
-            _normal_logpmf(pts, lw, pts < 0, -h["tau_hurts_mean"], h["tau_hurts_sd"]),
-        ]
-    )
+    log_pmf = _component_log_pmf(h, data)
     rows = np.arange(data.memory.size) if rows is None else rows
     m = rows.size
     eta = pt.zeros((m, 2)) + h["weight_intercept"][None, :]
@@ -338,18 +389,25 @@ def build_model(data: ModelData, config: ModelConfig) -> pm.Model:
         "component": list(COMPONENTS),
         "effect_kind": list(EFFECT_KINDS),
     }
+    if data.spline is not None:
+        coords["spline_basis"] = np.arange(data.spline.shape[1])
     if data.covariate_names:
         coords["covariate"] = data.covariate_names
     if data.use_groups:
         coords["memory_group"] = data.groups
     c = config
     with pm.Model(coords=coords) as model:
-        h = {
-            "tau_null_sd": pm.LogNormal("tau_null_sd", mu=np.log(c.null_sd[0]), sigma=c.null_sd[1]),
-            "tau_helps_mean": pm.LogNormal("tau_helps_mean", mu=np.log(c.help_mean[0]), sigma=c.help_mean[1]),
-            "tau_helps_sd": pm.LogNormal("tau_helps_sd", mu=np.log(c.help_sd[0]), sigma=c.help_sd[1]),
-            "tau_hurts_mean": pm.LogNormal("tau_hurts_mean", mu=np.log(c.harm_mean[0]), sigma=c.harm_mean[1]),
-            "tau_hurts_sd": pm.LogNormal("tau_hurts_sd", mu=np.log(c.harm_sd[0]), sigma=c.harm_sd[1]),
+        h: dict[str, Any] = {}
+        if not data.null_atom:
+            h["tau_null_sd"] = pm.LogNormal("tau_null_sd", mu=np.log(c.null_sd[0]), sigma=c.null_sd[1])
+        if data.spline is None:
+            h["tau_helps_mean"] = pm.LogNormal("tau_helps_mean", mu=np.log(c.help_mean[0]), sigma=c.help_mean[1])
+            h["tau_helps_sd"] = pm.LogNormal("tau_helps_sd", mu=np.log(c.help_sd[0]), sigma=c.help_sd[1])
+            h["tau_hurts_mean"] = pm.LogNormal("tau_hurts_mean", mu=np.log(c.harm_mean[0]), sigma=c.harm_mean[1])
+            h["tau_hurts_sd"] = pm.LogNormal("tau_hurts_sd", mu=np.log(c.harm_sd[0]), sigma=c.harm_sd[1])
+        else:
+            h["tau_spline_coef"] = pm.Normal("tau_spline_coef", 0.0, c.spline_coef_sd, dims="spline_basis")
+        h |= {
             "weight_intercept": pm.Normal(
                 "weight_intercept", mu=c.weight_intercept[0], sigma=c.weight_intercept[1],
                 dims="effect_kind",

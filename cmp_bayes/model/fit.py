@@ -289,7 +289,9 @@ def fit_stats(
         from cmp_bayes.model import sensitivity
 
         # decide asks of every forget whether it survives the stated alternative priors
-        groups[sensitivity.GROUP] = sensitivity.sensitivity_group(data, sensitivity.grid_pmfs(data, flat))
+        groups[sensitivity.GROUP] = sensitivity.sensitivity_group(
+            data, sensitivity.grid_pmfs(data, flat), sensitivity.applicable(flat)
+        )
     if meta.get("memory_text") is not None:
         groups["posterior"] = with_memory_text(groups["posterior"], meta["memory_text"])
     tree = xr.DataTree.from_dict(groups)

@@ -52,12 +52,26 @@ def _shifted(name: str, shift: float) -> Callable[[Hyper], Hyper]:
 #: of "helps" and of "hurts" against "null" (a store where twice as many memories
 #: matter); a useful effect half as large (the small-effect stores of
 #: reports/robustness, where the default prior pulls 0.05-0.1 effects into the null).
+#: Under the flexible prior (``prior_family="gmodel"``) the fitted shape's spline
+#: coefficients halved: a flatter effect distribution (half as far, in log density,
+#: from uniform over the cells). Alternatives whose hyperparameter a fit lacks (a
+#: null atom has no width, the g-model no helps location) are left out of it.
 ALTERNATIVES: Final[dict[str, Callable[[Hyper], Hyper]]] = {
     "fitted": lambda h: h,
     "null_sd_half": _scaled("tau_null_sd", 0.5),
     "null_sd_double": _scaled("tau_null_sd", 2.0),
     "effect_share_double": _shifted("weight_intercept", float(np.log(2.0))),
     "helps_mean_half": _scaled("tau_helps_mean", 0.5),
+    "shape_flat_half": _scaled("tau_spline_coef", 0.5),
+}
+#: The hyperparameter each alternative changes (None: none).
+CHANGES: Final[dict[str, str | None]] = {
+    "fitted": None,
+    "null_sd_half": "tau_null_sd",
+    "null_sd_double": "tau_null_sd",
+    "effect_share_double": "weight_intercept",
+    "helps_mean_half": "tau_helps_mean",
+    "shape_flat_half": "tau_spline_coef",
 }
 #: What each alternative means, in words (the group's attrs and decide's reasons).
 DESCRIPTIONS: Final[dict[str, str]] = {
@@ -66,6 +80,7 @@ DESCRIPTIONS: Final[dict[str, str]] = {
     "null_sd_double": "the null component twice as wide",
     "effect_share_double": "twice the odds that a memory helps or hurts",
     "helps_mean_half": "useful effects half as large",
+    "shape_flat_half": "the fitted effect distribution half as far from flat",
 }
 #: Hyperparameter draws (evenly thinned) the pmfs average over: the pmfs are exact
 #: per draw, so what is left is the spread of theta, small beside the threshold's
@@ -75,6 +90,11 @@ DESCRIPTIONS: Final[dict[str, str]] = {
 #: draws'). About 0.25 s per fit of 800 memories.
 SENSITIVITY_DRAWS: Final[int] = 100
 GROUP, VARIABLE = PRIOR_SENSITIVITY_GROUP, PRIOR_SENSITIVITY_VAR
+
+
+def applicable(hyper: Hyper | dict) -> list[str]:
+    """The alternatives a fit with these hyperparameters (names) can be moved by, in order."""
+    return [a for a, name in CHANGES.items() if name is None or name in hyper]
 
 
 def grid_pmfs(data: ModelData, hyper: Hyper, draws: int = SENSITIVITY_DRAWS) -> np.ndarray:
@@ -91,12 +111,13 @@ def grid_pmfs(data: ModelData, hyper: Hyper, draws: int = SENSITIVITY_DRAWS) -> 
     Returns
     -------
     ndarray, shape (A, Mi, G), float32
-        A = len(ALTERNATIVES), Mi = ``data.informative`` (memories with
+        A = len(applicable(hyper)), Mi = ``data.informative`` (memories with
         exposures, in that order), G grid cells; rows sum to 1.
     """
     rows = data.informative
     g = data.grid.points.size
-    out = np.zeros((len(ALTERNATIVES), rows.size, g))
+    names = applicable(hyper)
+    out = np.zeros((len(names), rows.size, g))
     if rows.size == 0:
         return out.astype(np.float32)
     # the same distinct priors as the recovery, so its compiled function is reused
@@ -109,7 +130,7 @@ def grid_pmfs(data: ModelData, hyper: Hyper, draws: int = SENSITIVITY_DRAWS) -> 
     lik = lik[pats]
     s = next(iter(hyper.values())).shape[0]
     picked = np.unique(np.linspace(0, s - 1, min(draws, s)).round().astype(int))
-    for a, change in enumerate(ALTERNATIVES.values()):
+    for a, change in enumerate(ALTERNATIVES[n] for n in names):
         for i in picked:
             pmf, weight = fn(change({k: v[i] for k, v in hyper.items()}))[:2]
             dens = pmf[None, :, :] * lik[:, None, :]  # (P, 3, G)
@@ -123,13 +144,18 @@ def grid_pmfs(data: ModelData, hyper: Hyper, draws: int = SENSITIVITY_DRAWS) -> 
     return out.astype(np.float32)
 
 
-def sensitivity_group(data: ModelData, pmfs: np.ndarray) -> xr.Dataset:
-    """The ``prior_sensitivity`` group: ``tau_pmf`` over (prior_alternative, memory, tau_cell)."""
+def sensitivity_group(data: ModelData, pmfs: np.ndarray, names: list[str] | None = None) -> xr.Dataset:
+    """The ``prior_sensitivity`` group: ``tau_pmf`` over (prior_alternative, memory, tau_cell).
+
+    ``names``: the alternatives along ``pmfs``' first axis (default: all of
+    :data:`ALTERNATIVES`; :func:`applicable` for a fit's own).
+    """
+    names = list(ALTERNATIVES) if names is None else names
     edges = data.grid.edges
     ds = xr.Dataset(
         {VARIABLE: (("prior_alternative", "memory", "tau_cell"), pmfs)},
         coords={
-            "prior_alternative": list(ALTERNATIVES),
+            "prior_alternative": names,
             "memory": data.memory[data.informative].astype(object),
             "tau_cell_lower": ("tau_cell", edges[:-1]),
             "tau_cell_upper": ("tau_cell", edges[1:]),
@@ -139,5 +165,5 @@ def sensitivity_group(data: ModelData, pmfs: np.ndarray) -> xr.Dataset:
         "posterior pmf of each exposed memory's tau over the grid cells under each alternative "
         "prior (uniform within a cell), averaged over hyperparameter draws; see docs/model.md"
     )
-    ds.attrs["alternatives"] = json.dumps(DESCRIPTIONS)
+    ds.attrs["alternatives"] = json.dumps({n: DESCRIPTIONS[n] for n in names})
     return ds
