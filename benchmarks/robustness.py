@@ -52,6 +52,7 @@ from cmp_bayes.atomic import write_text_atomic  # noqa: E402
 from cmp_bayes.constants import IDENTIFIED  # noqa: E402
 from cmp_bayes.decision.baselines import hajek_threshold, realized_loss  # noqa: E402
 from cmp_bayes.decision.costs import Costs  # noqa: E402
+from cmp_bayes.model.config import ModelConfig  # noqa: E402
 
 #: The DGPs of the study: each changes a few axes of the issue from "base".
 DGPS: dict[str, DGP] = {
@@ -106,6 +107,20 @@ def bayes_actions(p: np.ndarray, eligible: np.ndarray, ids: np.ndarray, costs: C
     return pd.Series(np.where(forget, "forget", "retain"), index=ids, name="action")
 
 
+def model_config(args: argparse.Namespace) -> ModelConfig:
+    """The ModelConfig of ``--model KEY=VALUE ...`` (values parsed as TOML; strings bare)."""
+    import tomllib
+
+    values: dict = {}
+    for item in getattr(args, "model", None) or []:
+        key, _, raw = item.partition("=")
+        try:
+            values[key] = tomllib.loads(f"v = {raw}")["v"]
+        except tomllib.TOMLDecodeError:
+            values[key] = raw
+    return ModelConfig.from_dict(values, source="--model")
+
+
 def run_one(dgp: DGP, seed: int, args: argparse.Namespace) -> dict:
     """Generate, fit, decide and score one log; a JSON-able record."""
     import cmp_bayes
@@ -133,11 +148,14 @@ def run_one(dgp: DGP, seed: int, args: argparse.Namespace) -> dict:
         warnings.simplefilter("ignore")
         post = cmp_bayes.fit(
             log,
+            model=model_config(args),
             sampler=SamplerConfig(
                 draws=args.draws, tune=args.tune, chains=2, seed=seed, progressbar=False
             ),
         )
     fit_s = time.perf_counter() - t0
+    # kept beside the log so that decide can be rerun on it (e.g. with other guards)
+    cmp_bayes.save_posterior(post, logdir / "posterior.nc")
     tau = post["posterior"]["tau"].transpose("chain", "draw", "memory").sel(memory=ids)
     flat = tau.to_numpy().reshape(-1, ids.size)
     m_mean = flat.mean(axis=0)
@@ -276,6 +294,10 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("reports/robustness"))
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/cmp_bayes_robustness"))
     parser.add_argument("--render", action="store_true", help="only rebuild README.md")
+    parser.add_argument(
+        "--model", nargs="*", default=[], metavar="KEY=VALUE",
+        help="ModelConfig fields of the fitted model (e.g. prior_family=gmodel); default: ModelConfig()",
+    )
     args = parser.parse_args()
     results_path = args.out / "results.json"
     if args.render:
@@ -292,7 +314,7 @@ def main() -> None:
     doc = {
         "command": command,
         "provenance": provenance(),
-        "settings": {"draws": args.draws, "tune": args.tune, "chains": 2, "seeds": args.seeds,
+        "settings": {"model": model_config(args).to_dict(), "draws": args.draws, "tune": args.tune, "chains": 2, "seeds": args.seeds,
                      "thresholds": list(THRESHOLDS), "costs": "20:1", "relaxed_gate": RELAXED},
         "dgps": {n: d.to_dict() for n, d in dgps.items()},
         "runs": [],

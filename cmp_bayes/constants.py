@@ -28,6 +28,10 @@ REPORTS_DIR: Final[str] = "reports"
 #: Betancourt 2016). A value passes when it is on the allowed side or equal: R-hat <= RHAT_MAX,
 #: E-BFMI >= BFMI_MIN, ESS >= ESS_PER_CHAIN * chains, divergent share <= MAX_DIVERGENCE_SHARE.
 RHAT_MAX: Final[float] = 1.01
+#: Hyperparameter R-hat up to which decide still forgets where every chain agrees
+#: (``Costs.max_rhat_chainwise``): chains that have not mixed on a hyperparameter, but
+#: not so far apart that they sample different models.
+RHAT_CHAINWISE_MAX: Final[float] = 1.1
 BFMI_MIN: Final[float] = 0.3
 ESS_PER_CHAIN: Final[int] = 100
 #: Any divergent transition fails: a divergence marks a region the sampler could not enter.

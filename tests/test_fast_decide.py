@@ -34,6 +34,7 @@ def reference_reasons(
     eligible: np.ndarray,
     rhat_bad: np.ndarray,
     variable: str,
+    chain_max: np.ndarray | None = None,
 ) -> list[str]:
     """One sentence per memory (rows of ``frame``, in order) saying what was decided and why.
 
@@ -52,7 +53,13 @@ def reference_reasons(
             else f"expose it {int(need)} more {'time' if need == 1 else 'times'}"
         )
         if row.action == FORGET:
-            if bayes_forget[i]:
+            if bayes_forget[i] and chain_max is not None:
+                text = (
+                    f"useless with P={1 - p:.3f} after {n_exp} exposures "
+                    f"(P(useful)={p:.3f} < {c:.3f}) in every chain (largest {chain_max[i]:.3f}), "
+                    f"although the chains have not mixed ({'; '.join(health.problems)}): forget"
+                )
+            elif bayes_forget[i]:
                 text = (
                     f"useless with P={1 - p:.3f} after {n_exp} exposures "
                     f"(P(useful)={p:.3f} < {c:.3f}): forget"
@@ -83,7 +90,13 @@ def reference_reasons(
                     f"data moved tau by only {row.mean_shift:.2f} prior sds "
                     f"(floor {costs.min_mean_shift}), so not forgotten (P(useful)={p:.3f}); {expose}"
                 )
-            elif not health.ok:
+            elif chain_max is not None and rhat_bad[i]:
+                text = (
+                    f"the rule would forget (P(useful)={p:.3f}) but in one chain P(useful) is "
+                    f"{chain_max[i]:.3f} >= {c:.3f}, and the chains have not mixed "
+                    f"({'; '.join(health.problems)}): refit before forgetting"
+                )
+            elif not health.ok and chain_max is None:
                 text = (
                     f"the rule would forget (P(useful)={p:.3f}) but the sampler failed its checks "
                     f"({'; '.join(health.problems)}): refit before forgetting"
@@ -147,6 +160,7 @@ CASES = [
     ("capacity 0", {}, Costs(capacity=0)),
     ("divergence", {"divergences": 1}, Costs()),
     ("stuck chain", {"stuck_chain": True}, Costs()),
+    ("stuck chain, chainwise", {"stuck_chain": True}, Costs(max_rhat_chainwise=1e6)),
     ("utility", {}, Costs(estimand="utility", threshold=0.002)),
     ("per query", {"per_query": True}, Costs()),
     ("costs 5:1", {}, Costs(forget_cost=5.0, retain_cost=1.0)),

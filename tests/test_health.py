@@ -120,7 +120,8 @@ def test_measured_rhat_as_threshold_passes_and_just_below_fails(tmp_path) -> Non
     measured = health_mod.sampler_health(post).max_rhat
     assert measured is not None and measured > RHAT_MAX
     at = Costs(max_rhat=measured)
-    below = Costs(max_rhat=float(np.nextafter(measured, 0.0)))
+    just_below = float(np.nextafter(measured, 0.0))
+    below = Costs(max_rhat=just_below, max_rhat_chainwise=just_below)  # the strict gate alone
     assert health_mod.sampler_health(post, max_rhat=measured).ok
     assert report_verdict(post, tmp_path / "at", at).startswith("PASS:")
     assert (decide_quietly(post, at).table["action"] == "forget").all()
@@ -128,6 +129,21 @@ def test_measured_rhat_as_threshold_passes_and_just_below_fails(tmp_path) -> Non
     refused = decide_quietly(post, below)
     assert not (refused.table["action"] == "forget").any()
     assert f"R-hat of {STUCK_HYPERPARAMETER}" in "; ".join(refused.health.problems)
+    # within max_rhat_chainwise (default 1.1) the same fit forgets exactly the memories
+    # that every chain alone calls useless
+    assert measured <= Costs().max_rhat_chainwise
+    chained = decide_quietly(post, Costs(max_rhat=just_below))
+    assert chained.chainwise and not chained.health.ok
+    tau = post["posterior"]["tau"].transpose("chain", "draw", "memory").to_numpy()
+    agree = ((tau > chained.costs.threshold).mean(axis=1) < chained.costs.forget_below).all(axis=0)
+    table = chained.table
+    forgot = (table["action"] == "forget").to_numpy()
+    assert forgot.any()
+    design_ok = (table["status"] == IDENTIFIED).to_numpy() & (table["exposed"].to_numpy() >= 1)
+    bayes = table["p_useful"].to_numpy() < chained.costs.forget_below
+    np.testing.assert_array_equal(forgot, bayes & design_ok & agree)
+    assert (table.loc[forgot, "p_useful_chain_max"] < chained.costs.forget_below).all()
+    assert table.loc[forgot, "reason"].str.contains("in every chain").all()
     # with default thresholds fit, the report and decide all fail it
     assert verdicts(post, tmp_path / "default") == {"fit": False, "report": False, "decide": False}
 
@@ -294,7 +310,9 @@ def test_estimand_dependence_is_one_definition() -> None:
 
 def test_a_bad_rho_hyperparameter_blocks_utility_not_tau(tmp_path, capsys) -> None:
     post = rho_only_stuck()
-    tau_costs, utility_costs = Costs(), Costs(estimand="utility")
+    # utility with the strict gate alone (no chainwise forgets: see the chainwise tests)
+    tau_costs = Costs()
+    utility_costs = Costs(estimand="utility", max_rhat_chainwise=RHAT_MAX)
     # decide on tau forgets; on utility it refuses, naming the rho hyperparameter
     on_tau = decide_quietly(post, tau_costs)
     assert on_tau.health.ok and (on_tau.table["action"] == "forget").all()

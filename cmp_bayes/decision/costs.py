@@ -24,13 +24,13 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Final
 
-from cmp_bayes.constants import MAX_DIVERGENCE_SHARE, RHAT_MAX
+from cmp_bayes.constants import MAX_DIVERGENCE_SHARE, RHAT_CHAINWISE_MAX, RHAT_MAX
 from cmp_bayes.errors import ConfigError
 
 #: Estimands a threshold may apply to.
 ESTIMANDS: Final[tuple[str, ...]] = ("tau", "utility", "relevant", "workload")
 #: What decide does with a prior-driven forget (see ``Costs.prior_driven``).
-PRIOR_DRIVEN: Final[tuple[str, ...]] = ("defer_few", "defer", "allow")
+PRIOR_DRIVEN: Final[tuple[str, ...]] = ("defer", "defer_few", "allow")
 #: Open interval a threshold must lie in, per estimand. tau is a difference of two
 #: expected outcomes in [0, 1] (binary or fractional), so it lies in [-1, 1]; utility
 #: is rho * tau with rho a retrieval probability in [0, 1], so it lies in [-1, 1] too.
@@ -99,14 +99,26 @@ class Costs:
         forgotten. Default 1.01, the threshold of Vehtari et al. (2021); on
         independent draws (2 chains x 1000) the largest R-hat over 10,000
         memories measured here was 1.007, so 1.01 refuses few sound forgets.
-    prior_driven : {"defer_few", "defer", "allow"}
+    max_rhat_chainwise : float
+        A fit whose only failed check is a hyperparameter R-hat above ``max_rhat``
+        but at most this (default 1.1) is not refused outright: each forget the
+        rule would make must then hold in every chain, i.e. the share of the
+        chain's draws with the estimand above ``threshold`` is below
+        ``forget_below`` in each chain separately (the ``p_useful_chain_max``
+        column), in place of the memory's own R-hat. Chains that disagree about
+        a hyperparameter but agree that a memory is useless make the forget
+        whichever of them is right. Divergences and R-hat above this still refuse
+        every forget. At or below ``max_rhat``: the strict gate alone.
+    prior_driven : {"defer", "defer_few", "allow"}
         What happens to a prior-driven forget: one the Bayes rule makes under the
         fitted prior but not under one of the stated alternative priors (null
         component half or twice as wide, twice as many memories that matter,
-        useful effects half as large; :mod:`cmp_bayes.decision.sensitivity`).
-        ``defer_few`` (default): it waits when the memory has at most 2
-        exposures, and is made (and flagged ``prior_driven``) otherwise;
-        ``defer``: every prior-driven forget waits; ``allow``: flagged only.
+        useful effects half as large, a flatter fitted shape;
+        :mod:`cmp_bayes.decision.sensitivity`).
+        ``defer`` (default): every prior-driven forget waits; ``defer_few``: it
+        waits when the memory has at most 2 exposures, and is made (and flagged
+        ``prior_driven``) otherwise; ``allow``: flagged only (for studies: it
+        lets a forget on 1-2 exposures rest on the prior).
         Applies to tau decisions on posteriors that carry the check (fit writes
         it for memory-level posteriors).
     max_divergence_share : float
@@ -124,7 +136,8 @@ class Costs:
     min_mean_shift: float = 0.0
     max_rhat: float = RHAT_MAX
     max_divergence_share: float = MAX_DIVERGENCE_SHARE
-    prior_driven: str = "defer_few"
+    max_rhat_chainwise: float = RHAT_CHAINWISE_MAX
+    prior_driven: str = "defer"
 
     def __post_init__(self) -> None:
         # each check raises a one-line ConfigError naming the field, its value and
@@ -157,6 +170,9 @@ class Costs:
         _finite_float(self, "max_rhat")
         if self.max_rhat < 1.0:
             raise ConfigError(f"costs: max_rhat must be >= 1, got {self.max_rhat!r}")
+        _finite_float(self, "max_rhat_chainwise")
+        if self.max_rhat_chainwise < 1.0:
+            raise ConfigError(f"costs: max_rhat_chainwise must be >= 1, got {self.max_rhat_chainwise!r}")
         _finite_float(self, "max_divergence_share")
         if not 0.0 <= self.max_divergence_share <= 1.0:
             raise ConfigError(
@@ -165,7 +181,7 @@ class Costs:
             )
         for name in (
             "forget_cost", "retain_cost", "threshold", "min_mean_shift", "max_rhat",
-            "max_divergence_share",
+            "max_rhat_chainwise", "max_divergence_share",
         ):
             # TOML and argparse may give ints; store floats so equal costs print alike
             object.__setattr__(self, name, float(getattr(self, name)))

@@ -33,6 +33,9 @@ PROVENANCE_COLUMNS: Final[tuple[str, ...]] = ("log_checksum", "log_id")
 #: Bayes rule makes depends on the prior (<NA>: not checked), the largest P(useful) over
 #: the alternative priors, and the alternative that gives it.
 PRIOR_COLUMNS: Final[tuple[str, ...]] = ("prior_driven", "p_useful_prior_max", "prior_alternative")
+#: The chainwise check's column (``Costs.max_rhat_chainwise``): the largest per-chain
+#: P(useful) of a memory the rule would forget, when the sampler's R-hat failed (NaN elsewhere).
+CHAIN_COLUMNS: Final[tuple[str, ...]] = ("p_useful_chain_max",)
 #: Columns of the decision table, in order; a posterior with memory texts adds
 #: ``text`` right after ``memory_id``.
 COLUMNS: Final[tuple[str, ...]] = (
@@ -52,6 +55,7 @@ COLUMNS: Final[tuple[str, ...]] = (
     "exposures_needed",
     "reason",
     *PRIOR_COLUMNS,
+    *CHAIN_COLUMNS,
     *PROVENANCE_COLUMNS,
 )
 #: Columns :meth:`Decisions.to_csv` adds after :data:`COLUMNS`: the rule the decisions were
@@ -127,6 +131,10 @@ class Decisions:
     texts : pandas.Series or None
         Memory id -> full text (the posterior's ``memory_text``); the table's
         ``text`` column holds the first characters, :meth:`to_csv` the whole text.
+    chainwise : bool
+        The sampler's hyperparameter R-hat failed within ``costs.max_rhat_chainwise``
+        (``health.ok`` is False): forgets were made only where every chain agrees
+        (``p_useful_chain_max`` below ``forget_below``).
     """
 
     table: pd.DataFrame
@@ -138,6 +146,7 @@ class Decisions:
     log_id: str | None = None
     store: Any = None
     texts: pd.Series | None = None
+    chainwise: bool = False
 
     def __len__(self) -> int:
         return len(self.table)
@@ -175,7 +184,16 @@ class Decisions:
             + ", ".join(f"{c[a]} {a}" for a in ACTIONS)
             + f" ({self.rule.describe()})."
         ]
-        if not self.health.ok:
+        if self.chainwise:
+            parts.append(
+                "The sampler's chains did not mix ("
+                + "; ".join(self.health.problems)
+                + "): a memory was forgotten only where every chain alone says it is useless"
+                + (f"; {c[DEFER]} memories the rule would forget are deferred (chains that "
+                   "disagree, or the other guards): refit with more tuning and draws to decide them."
+                   if c[DEFER] else ".")
+            )
+        elif not self.health.ok:
             parts.append(
                 "No memory was forgotten because the sampler failed its checks ("
                 + "; ".join(self.health.problems)
@@ -258,6 +276,7 @@ class Decisions:
 _FLOAT_COLUMNS: Final[tuple[str, ...]] = (
     "p_useful", "expected_value", "expected_loss_retain", "expected_loss_forget", "mean_shift", "rhat",
     "threshold", "forget_cost", "retain_cost", "forget_below", "p_useful_prior_max",
+    "p_useful_chain_max",
 )
 _INT_COLUMNS: Final[tuple[str, ...]] = ("exposed", "retrieved", "in_store")
 #: String columns where an empty cell means "none" (<NA>), not the empty string.

@@ -20,12 +20,16 @@ def reason_texts(
     eligible: np.ndarray,
     rhat_bad: np.ndarray,
     variable: str,
+    chain_max: np.ndarray | None = None,
 ) -> list[str]:
     """One sentence per memory (rows of ``frame``, in order) saying what was decided and why.
 
     ``bayes_forget``, ``eligible`` and ``rhat_bad`` are boolean arrays over the rows:
     the Bayes rule alone would forget, the guards allow a forget, the memory's own
-    R-hat failed. ``variable`` names the estimand (``tau`` or ``utility``).
+    R-hat failed (in chainwise mode: its chains disagree). ``variable`` names the
+    estimand (``tau`` or ``utility``). ``chain_max``: in chainwise mode (a fit whose
+    hyperparameter R-hat failed, within ``costs.max_rhat_chainwise``), each checked
+    memory's largest per-chain P(useful); None otherwise.
 
     Built case by case over whole columns (no per-row Python loop: at 100k
     memories a loop over rows dominated ``decide``); each number is formatted
@@ -56,11 +60,19 @@ def reason_texts(
 
     p3, p2 = _Column(p, ".3f"), _Column(p, ".2f")
     forget, defer = action == FORGET, action == DEFER
-    put(
-        forget & bayes_forget,
-        "useless with P=", _Column(1 - p, ".3f"), " after ", _Column(n_exp, ""), " exposures ",
-        "(P(useful)=", p3, f" < {c:.3f}): forget",
-    )
+    if chain_max is None:
+        put(
+            forget & bayes_forget,
+            "useless with P=", _Column(1 - p, ".3f"), " after ", _Column(n_exp, ""), " exposures ",
+            "(P(useful)=", p3, f" < {c:.3f}): forget",
+        )
+    else:
+        put(
+            forget & bayes_forget,
+            "useless with P=", _Column(1 - p, ".3f"), " after ", _Column(n_exp, ""), " exposures ",
+            "(P(useful)=", p3, f" < {c:.3f}) in every chain (largest ", _Column(chain_max, ".3f"),
+            f"), although the chains have not mixed ({'; '.join(health.problems)}): forget",
+        )
     put(
         forget & ~bayes_forget,
         f"forgotten to meet capacity {costs.capacity}: keeping it is worth least "
@@ -97,7 +109,14 @@ def reason_texts(
             f" prior sds (floor {costs.min_mean_shift}), so not forgotten (P(useful)=", p3, "); ",
             expose,
         )
-        if not health.ok:
+        if chain_max is not None:
+            put(
+                take(rhat_bad),
+                "the rule would forget (P(useful)=", p3, ") but in one chain P(useful) is ",
+                _Column(chain_max, ".3f"), f" >= {c:.3f}, and the chains have not mixed "
+                f"({'; '.join(health.problems)}): refit before forgetting",
+            )
+        if not health.ok and chain_max is None:
             put(
                 take(np.ones(n, dtype=bool)),
                 "the rule would forget (P(useful)=", p3, ") but the sampler failed its checks "
@@ -201,15 +220,23 @@ def _expose_phrases(needed: pd.Series) -> _Phrases:
 
 
 def why_not_allowed(
-    frame: pd.DataFrame, costs: Costs, eligible: np.ndarray, health: SamplerHealth, rhat_bad: np.ndarray
+    frame: pd.DataFrame,
+    costs: Costs,
+    eligible: np.ndarray,
+    health: SamplerHealth,
+    rhat_bad: np.ndarray,
+    chainwise: bool = False,
 ) -> np.ndarray:
     """Per memory, a short phrase saying why it may not be forgotten ("" if it may)."""
     why = np.full(len(frame), "", dtype=object)
     status = frame["status"].to_numpy()
     exposed = frame["exposed"].to_numpy()
-    why[rhat_bad] = f"R-hat above {costs.max_rhat}"
-    if not health.ok:
-        why[:] = "the sampler failed its checks"
+    if chainwise:
+        why[rhat_bad] = "its chains disagree (the sampler's R-hat failed)"
+    else:
+        why[rhat_bad] = f"R-hat above {costs.max_rhat}"
+        if not health.ok:
+            why[:] = "the sampler failed its checks"
     why[~eligible] = "evidence below min_mean_shift"
     few = (status == IDENTIFIED) & (exposed < costs.min_exposures)
     why[few] = f"fewer than {costs.min_exposures} exposures"

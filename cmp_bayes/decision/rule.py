@@ -67,7 +67,7 @@ from cmp_bayes.decision.preposterior import exposures_to_resolve
 from cmp_bayes.decision.reasons import note_shortfall, reason_texts, why_not_allowed
 from cmp_bayes.decision.workload import WORKLOAD_VARIABLE, read_mix
 from cmp_bayes.errors import ConfigError
-from cmp_bayes.posterior.health import memory_rhat, sampler_health
+from cmp_bayes.posterior.health import SamplerHealth, memory_rhat, sampler_health
 from cmp_bayes.posterior.io import as_posterior
 from cmp_bayes.posterior.memory_diagnostics import StoredRhat
 from cmp_bayes.posterior.provenance import memory_texts, provenance
@@ -186,7 +186,8 @@ def decide(
         mean_shift >= costs.min_mean_shift if costs.min_mean_shift > 0 else np.ones_like(design_ok)
     )
     eligible = design_ok & floor_ok
-    allowed = eligible & health.ok
+    chainwise = _chainwise(dt, health, costs)
+    allowed = eligible & (health.ok or chainwise)
 
     ids = draws.memory_ids
     n = len(ids)
@@ -198,6 +199,7 @@ def decide(
     rhat = np.full(n, np.nan)
     rhat_bad = np.zeros(n, dtype=bool)
     checked = np.zeros(n, dtype=bool)
+    chain_max = np.full(n, np.nan)  # the largest per-chain P(useful), chainwise mode only
     prior = _PriorState(n, sensitivity.available(dt, costs.estimand))
     # Forget set = prefix of the allowed memories in rank order. R-hat and the
     # prior check are made only on that prefix; a failing memory leaves the
@@ -212,7 +214,12 @@ def decide(
         if unchecked.size:
             rhat[unchecked] = _memory_rhat(est, ids, unchecked, stored)
             checked[unchecked] = True
-            bad = unchecked[~(rhat[unchecked] <= costs.max_rhat) & ~np.isnan(rhat[unchecked])]
+            if chainwise:
+                # the hyperparameters' chains disagree: the forget must hold in each chain
+                chain_max[unchecked] = _chain_p_useful(est, unchecked, costs.threshold).max(axis=0)
+                bad = unchecked[~(chain_max[unchecked] < costs.forget_below)]
+            else:
+                bad = unchecked[~(rhat[unchecked] <= costs.max_rhat) & ~np.isnan(rhat[unchecked])]
             rhat_bad[bad] = True
         # only forgets the Bayes rule makes: a forget for capacity is the user's demand
         waits = prior.run(dt, ids, forget_idx[bayes_forget[forget_idx]], costs, exposed)
@@ -253,12 +260,15 @@ def decide(
         }
     )
     frame["reason"] = pd.Series(
-        reason_texts(frame, costs, health, bayes_forget, eligible, rhat_bad, draws.variable),
+        reason_texts(
+            frame, costs, health, bayes_forget, eligible, rhat_bad, draws.variable,
+            chain_max if chainwise else None,
+        ),
         dtype="string",
     )
     prior.annotate(frame, costs)
     if shortfall:
-        why = why_not_allowed(frame, costs, eligible, health, rhat_bad)
+        why = why_not_allowed(frame, costs, eligible, health, rhat_bad, chainwise)
         note_shortfall(frame, rank_key, costs, shortfall, why)
         warnings.warn(
             f"capacity {costs.capacity} not met: {shortfall} more memories would have to go, "
@@ -267,11 +277,18 @@ def decide(
             DecisionWarning,
             stacklevel=2,
         )
-    if not health.ok:
+    if chainwise:
+        warnings.warn(
+            "; ".join(health.problems) + ": forgets made only where every chain agrees "
+            f"(R-hat up to max_rhat_chainwise = {costs.max_rhat_chainwise})",
+            DecisionWarning, stacklevel=2,
+        )
+    elif not health.ok:
         warnings.warn(
             "no memory forgotten: " + "; ".join(health.problems), DecisionWarning, stacklevel=2
         )
     frame = prior.columns(frame, costs)
+    frame["p_useful_chain_max"] = chain_max
     source = provenance(dt.attrs)
     frame["log_checksum"] = pd.Series([source["log_checksum"]] * n, dtype="string")
     frame["log_id"] = pd.Series([source["log_id"]] * n, dtype="string")
@@ -294,7 +311,25 @@ def decide(
         log_id=source["log_id"],
         store=source["store"],
         texts=texts,
+        chainwise=chainwise,
     )
+
+
+def _chainwise(dt: xr.DataTree, health: SamplerHealth, costs: Costs) -> bool:
+    """Whether forgets go ahead chain by chain: only R-hat failed, and only up to the chainwise limit."""
+    if health.ok or costs.max_rhat_chainwise <= costs.max_rhat or health.chains < 2:
+        return False
+    loose = sampler_health(
+        dt, estimand=costs.estimand, max_rhat=costs.max_rhat_chainwise,
+        max_divergence_share=costs.max_divergence_share, advisory=False,
+    )
+    return loose.ok
+
+
+def _chain_p_useful(est: xr.DataArray, index: np.ndarray, threshold: float) -> np.ndarray:
+    """Share of each chain's draws with the estimand above ``threshold``: (chains, len(index))."""
+    values = est.transpose("chain", "draw", "memory").values[:, :, index]
+    return (values > threshold).mean(axis=1)
 
 
 def _memory_rhat(
