@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import xarray as xr
 from _model_fixtures import simulated_fit
 
 import cmp_bayes as cb
@@ -92,6 +93,12 @@ def test_decide_modes(tree) -> None:
     assert (d.loc[driven[driven].index, "action"] == "defer").all()
     assert set(d.index[d["action"] == "forget"]) == set(rows[~driven[rows]])
     assert d.loc[driven[driven].index, "reason"].str.contains("prior's decision").all()
+    # a waiting forget says how many more exposures would make it the data's (computed
+    # under the alternative that keeps it: at least 1, since that prior keeps it now)
+    waiting = d.loc[driven[driven].index]
+    settled = waiting["exposures_needed"].notna()
+    assert settled.any() and (waiting.loc[settled, "exposures_needed"] >= 1).all()
+    assert waiting.loc[settled, "reason"].str.contains(r"expose it \d+ more time").all()
     # defer_few: waits only on few exposures
     f = tables["defer_few"]
     few = allow["exposed"] <= FEW_EXPOSURES
@@ -112,3 +119,71 @@ def test_posterior_without_the_group_is_unchecked(tree) -> None:
 def test_prior_driven_value_checked() -> None:
     with pytest.raises(ConfigError, match="prior_driven must be one of"):
         cb.Costs(prior_driven="sometimes")
+
+
+def test_alternative_draws_follow_the_stored_pmf(tree) -> None:
+    # stratified quantile draws: the share of D draws above any t differs from the
+    # pmf's exact P(tau > t) by at most 1/D (each stratum holds mass 1/D)
+    from cmp_bayes.decision.sensitivity import alternative_draws
+
+    ds = tree[PRIOR_SENSITIVITY_GROUP]
+    mem = ds["memory"].values.astype(str)
+    rows = np.arange(0, mem.size, max(1, mem.size // 25))
+    names = np.asarray(ds["prior_alternative"].values).astype(str)
+    alt = names[rows % names.size]
+    d = 200
+    draws = alternative_draws(tree, mem, rows, alt, d)
+    for t in (-0.05, 0.0, 0.02, 0.05, 0.1):
+        _, p = _p_above(tree, t)
+        exact = p[rows % names.size, rows]
+        np.testing.assert_array_less(np.abs((draws > t).mean(axis=1) - exact), 1.0 / d + 1e-5)  # + float32 rounding of the pmfs
+
+
+def test_log_likelihood_ratio_is_the_marginal_likelihood_under_each_alternative(tree) -> None:
+    # the stored ratio, recomputed memory by memory (no shared patterns) at two draws
+    from cmp_bayes.model.build import hyper_shapes, model_data
+    from cmp_bayes.model.config import ModelConfig
+    from cmp_bayes.model.fit import memory_inputs
+    from cmp_bayes.model.recover import compile_prior_terms
+    from cmp_bayes.model.sensitivity import ALTERNATIVES, grid_pmfs
+
+    log = simulated_fit()[0]
+    stats, group, _ = memory_inputs(log)
+    data = model_data(stats, ModelConfig.from_posterior(tree), group)
+    post = tree["posterior"]
+    flat = {n: post[n].values.reshape(-1, *post[n].shape[2:]) for n in hyper_shapes(data)}
+    names = list(tree[PRIOR_SENSITIVITY_GROUP]["prior_alternative"].values.astype(str))
+    _, ratio = grid_pmfs(data, flat, draws=2, with_ratio=True)
+    fn = compile_prior_terms(data)
+    i = data.informative
+    lik = np.exp(data.loglik[i])
+    feas = np.exp(data.pattern_logfeas[data.pattern[i]])
+    s = next(iter(flat.values())).shape[0]
+    totals = []
+    for draw in (0, s - 1):  # what draws=2 picks
+        row = []
+        for name in names:
+            pmf, weight = fn(ALTERNATIVES[name]({k: v[draw] for k, v in flat.items()}))[:2]
+            prior = weight[i] @ pmf
+            row.append(np.sum(np.log((prior * lik).sum(1)) - np.log((prior * feas).sum(1))))
+        totals.append(row)
+    totals = np.asarray(totals)
+    expected = (totals - totals[:, [names.index("fitted")]]).mean(axis=0)
+    np.testing.assert_allclose(ratio, expected, rtol=1e-6, atol=1e-6)
+    stored = tree[PRIOR_SENSITIVITY_GROUP]["log_likelihood_ratio"].values
+    assert stored[names.index("fitted")] == 0.0 and np.isfinite(stored).all()
+
+
+def test_an_alternative_the_data_rule_out_flips_nothing(tree) -> None:
+    costs = cb.Costs(prior_driven="allow", **RELAXED)
+    before = cb.decide(tree, costs).table
+    worst = before["prior_alternative"].dropna().value_counts().index[0]
+    ruled_out = tree.copy()
+    group = ruled_out[PRIOR_SENSITIVITY_GROUP].to_dataset()
+    ratio = group["log_likelihood_ratio"].copy()
+    ratio.loc[{"prior_alternative": worst}] = -10.0
+    ruled_out[PRIOR_SENSITIVITY_GROUP] = xr.DataTree(group.assign(log_likelihood_ratio=ratio))
+    after = cb.decide(ruled_out, costs).table
+    assert worst not in set(after["prior_alternative"].dropna())
+    checked = after["prior_driven"].notna()
+    assert (after.loc[checked, "p_useful_prior_max"] <= before.loc[checked, "p_useful_prior_max"] + 1e-12).all()

@@ -63,7 +63,7 @@ from cmp_bayes.decision.decisions import (
     Decisions,
 )
 from cmp_bayes.decision.draws import MemoryDraws
-from cmp_bayes.decision.preposterior import exposures_to_resolve
+from cmp_bayes.decision.preposterior import MAX_EXPOSURES, exposures_to_resolve
 from cmp_bayes.decision.reasons import note_shortfall, reason_texts, why_not_allowed
 from cmp_bayes.decision.workload import WORKLOAD_VARIABLE, read_mix
 from cmp_bayes.errors import ConfigError
@@ -238,6 +238,12 @@ def decide(
         start = np.maximum(costs.min_exposures - exposed[part], 1)
         e_np, t_np = draws.numpy(part, _PREPOSTERIOR_DRAWS)
         needed[part] = exposures_to_resolve(e_np, t_np, costs.threshold, costs.forget_below, start)
+    # a prior-driven forget waits until the alternative prior that keeps it would also decide
+    waiting = np.flatnonzero(prior.waits & (action == DEFER))
+    if waiting.size:
+        t_alt = sensitivity.alternative_draws(dt, ids, waiting, prior.worst[waiting], _PREPOSTERIOR_DRAWS)
+        start = np.maximum(costs.min_exposures - exposed[waiting], 1)
+        needed[waiting] = exposures_to_resolve(t_alt, t_alt, costs.threshold, costs.forget_below, start)
     defer_sampler = (action == DEFER) & eligible & ~prior.waits  # blocked by sampler health
     needed[defer_sampler] = 0  # exposures do not help
 
@@ -403,6 +409,7 @@ class _PriorState:
         p = frame["p_useful"].to_numpy(dtype="float64")
         n_exp = frame["exposed"].to_numpy(dtype="int64")
         reasons = frame["reason"].to_numpy(dtype=object)
+        needed = frame["exposures_needed"]
         for i in rows:
             alt = self.descriptions.get(str(self.worst[i]), str(self.worst[i]))
             what = (
@@ -418,9 +425,15 @@ class _PriorState:
                 if costs.prior_driven == "defer_few"
                 else "prior_driven = 'defer' makes every prior-driven forget wait"
             )
+            more = needed.iloc[i]
+            expose = (
+                f"expose it {int(more)} more time{'s' if more != 1 else ''} (then {alt} decides too)"
+                if not pd.isna(more)
+                else f"more than {MAX_EXPOSURES} exposures would not settle it under {alt}"
+            )
             reasons[i] = (
                 f"forgetting would be the prior's decision, not the data's: {what}; {rule}: "
-                "expose it more, or decide with prior_driven = 'allow'"
+                f"{expose}, or decide with prior_driven = 'allow'"
             )
         frame["reason"] = pd.Series(reasons, index=frame.index, dtype="string")
 

@@ -289,8 +289,9 @@ def fit_stats(
         from cmp_bayes.model import sensitivity
 
         # decide asks of every forget whether it survives the stated alternative priors
+        pmfs, log_ratio = sensitivity.grid_pmfs(data, flat, with_ratio=True)
         groups[sensitivity.GROUP] = sensitivity.sensitivity_group(
-            data, sensitivity.grid_pmfs(data, flat), sensitivity.applicable(flat)
+            data, pmfs, sensitivity.applicable(flat), log_ratio
         )
     if meta.get("memory_text") is not None:
         groups["posterior"] = with_memory_text(groups["posterior"], meta["memory_text"])

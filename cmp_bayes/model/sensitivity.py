@@ -31,7 +31,12 @@ from typing import Final
 import numpy as np
 import xarray as xr
 
-from cmp_bayes.constants import PRIOR_SENSITIVITY_GROUP, PRIOR_SENSITIVITY_VAR
+from cmp_bayes.constants import (
+    PRIOR_LOG_RATIO_FLOOR,
+    PRIOR_LOG_RATIO_VAR,
+    PRIOR_SENSITIVITY_GROUP,
+    PRIOR_SENSITIVITY_VAR,
+)
 from cmp_bayes.model.build import ModelData, prior_key
 from cmp_bayes.model.recover import compile_prior_terms
 
@@ -90,6 +95,7 @@ DESCRIPTIONS: Final[dict[str, str]] = {
 #: draws'). About 0.25 s per fit of 800 memories.
 SENSITIVITY_DRAWS: Final[int] = 100
 GROUP, VARIABLE = PRIOR_SENSITIVITY_GROUP, PRIOR_SENSITIVITY_VAR
+LOG_RATIO_VAR, LOG_RATIO_FLOOR = PRIOR_LOG_RATIO_VAR, PRIOR_LOG_RATIO_FLOOR
 
 
 def applicable(hyper: Hyper | dict) -> list[str]:
@@ -97,7 +103,9 @@ def applicable(hyper: Hyper | dict) -> list[str]:
     return [a for a, name in CHANGES.items() if name is None or name in hyper]
 
 
-def grid_pmfs(data: ModelData, hyper: Hyper, draws: int = SENSITIVITY_DRAWS) -> np.ndarray:
+def grid_pmfs(
+    data: ModelData, hyper: Hyper, draws: int = SENSITIVITY_DRAWS, *, with_ratio: bool = False
+) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     """Posterior pmf of tau over the grid cells, per alternative and exposed memory.
 
     Parameters
@@ -108,18 +116,27 @@ def grid_pmfs(data: ModelData, hyper: Hyper, draws: int = SENSITIVITY_DRAWS) -> 
     draws : int
         At most this many of the S draws, evenly thinned.
 
+    with_ratio : bool
+        Also return each alternative's log-likelihood ratio (below).
+
     Returns
     -------
     ndarray, shape (A, Mi, G), float32
         A = len(applicable(hyper)), Mi = ``data.informative`` (memories with
         exposures, in that order), G grid cells; rows sum to 1.
+    ndarray, shape (A,), float64 (with ``with_ratio``)
+        Mean over the draws of log p(data | theta') - log p(data | theta): the
+        exposed memories' marginal likelihood (the model's ``tau_marginal`` term,
+        truncation normaliser included) under the alternative against the fitted
+        prior. Strongly negative: the data rule the alternative out, and decide
+        does not let it flip a forget (``LOG_RATIO_FLOOR``).
     """
     rows = data.informative
     g = data.grid.points.size
     names = applicable(hyper)
     out = np.zeros((len(names), rows.size, g))
     if rows.size == 0:
-        return out.astype(np.float32)
+        return (out.astype(np.float32), np.zeros(len(names))) if with_ratio else out.astype(np.float32)
     # the same distinct priors as the recovery, so its compiled function is reused
     key = prior_key(data, np.arange(data.memory.size))
     _, first, prior_of = np.unique(key, axis=0, return_index=True, return_inverse=True)
@@ -128,23 +145,43 @@ def grid_pmfs(data: ModelData, hyper: Hyper, draws: int = SENSITIVITY_DRAWS) -> 
     lik = np.exp(data.pattern_loglik)  # (P, G)
     pats, pattern = np.unique(data.pattern[rows], return_inverse=True)
     lik = lik[pats]
+    logfeas = data.log_feasibility()
+    feas = feas_of = None
+    if logfeas is not None:
+        frows, floc = np.unique(logfeas[data.pattern[rows]], axis=0, return_inverse=True)
+        feas, feas_of = np.exp(frows), floc.reshape(-1)
     s = next(iter(hyper.values())).shape[0]
     picked = np.unique(np.linspace(0, s - 1, min(draws, s)).round().astype(int))
+    total = np.zeros((len(names), picked.size))
     for a, change in enumerate(ALTERNATIVES[n] for n in names):
-        for i in picked:
+        for j, i in enumerate(picked):
             pmf, weight = fn(change({k: v[i] for k, v in hyper.items()}))[:2]
             dens = pmf[None, :, :] * lik[:, None, :]  # (P, 3, G)
             c = dens.sum(axis=2)  # (P, 3)
             with np.errstate(invalid="ignore", divide="ignore"):
                 table = np.where(c[..., None] > 0, dens / c[..., None], 0.0)
-            resp = weight[prior_of] * c[pattern]  # (Mi, 3)
-            resp /= np.maximum(resp.sum(axis=1, keepdims=True), 1e-300)
+            w = weight[prior_of]
+            resp = w * c[pattern]  # (Mi, 3)
+            marginal = np.maximum(resp.sum(axis=1, keepdims=True), 1e-300)
+            ll = np.log(marginal[:, 0])
+            if feas is not None:
+                ll -= np.log(np.maximum(np.einsum("mk,mk->m", w, (feas @ pmf.T)[feas_of]), 1e-300))
+            total[a, j] = ll.sum()
+            resp /= marginal
             out[a] += np.einsum("mk,mkg->mg", resp, table[pattern])
         out[a] /= picked.size
-    return out.astype(np.float32)
+    pmfs = out.astype(np.float32)
+    if not with_ratio:
+        return pmfs
+    return pmfs, (total - total[names.index("fitted")]).mean(axis=1)
 
 
-def sensitivity_group(data: ModelData, pmfs: np.ndarray, names: list[str] | None = None) -> xr.Dataset:
+def sensitivity_group(
+    data: ModelData,
+    pmfs: np.ndarray,
+    names: list[str] | None = None,
+    log_ratio: np.ndarray | None = None,
+) -> xr.Dataset:
     """The ``prior_sensitivity`` group: ``tau_pmf`` over (prior_alternative, memory, tau_cell).
 
     ``names``: the alternatives along ``pmfs``' first axis (default: all of
@@ -161,6 +198,13 @@ def sensitivity_group(data: ModelData, pmfs: np.ndarray, names: list[str] | None
             "tau_cell_upper": ("tau_cell", edges[1:]),
         },
     )
+    if log_ratio is not None:
+        ds[LOG_RATIO_VAR] = ("prior_alternative", np.asarray(log_ratio, dtype=np.float64))
+        ds[LOG_RATIO_VAR].attrs["description"] = (
+            "mean over hyperparameter draws of the exposed memories' log marginal likelihood "
+            "under the alternative minus under the fitted prior (nats); below "
+            f"{LOG_RATIO_FLOOR:.2f} (a likelihood ratio under 1/20) decide ignores the alternative"
+        )
     ds[VARIABLE].attrs["description"] = (
         "posterior pmf of each exposed memory's tau over the grid cells under each alternative "
         "prior (uniform within a cell), averaged over hyperparameter draws; see docs/model.md"
