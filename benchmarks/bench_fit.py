@@ -17,10 +17,10 @@ import sys
 import time
 
 
-def run_one(m: int, sampler: str, draws: int, keep_draws: int) -> dict:
+def run_one(m: int, sampler: str, draws: int, keep_draws: int, family: str = "mixture") -> dict:
     import arviz_stats as azs
 
-    from cmp_bayes.model.config import SamplerConfig
+    from cmp_bayes.model.config import ModelConfig, SamplerConfig
     from cmp_bayes.model.fit import fit
     from cmp_bayes.testing import synthetic_stats
 
@@ -29,7 +29,7 @@ def run_one(m: int, sampler: str, draws: int, keep_draws: int) -> dict:
         sampler=sampler, draws=draws, tune=draws, chains=2, progressbar=False, keep_draws=keep_draws
     )
     t0 = time.perf_counter()
-    tree = fit(stats, sampler=cfg)
+    tree = fit(stats, model=ModelConfig(prior_family=family), sampler=cfg)
     secs = time.perf_counter() - t0
     post = tree["posterior"]
     hyper = [v for v in post.data_vars if "memory" not in post[v].dims]
@@ -40,7 +40,7 @@ def run_one(m: int, sampler: str, draws: int, keep_draws: int) -> dict:
         min_ess = min(float(ess[v].min()) for v in ess.data_vars)
     else:
         max_rhat, min_ess = float("nan"), float("nan")
-    return {"memories": m, "sampler": sampler, "seconds": secs, "load": os.getloadavg()[0], "max_rhat": max_rhat,
+    return {"memories": m, "sampler": sampler, "model": family, "seconds": secs, "load": os.getloadavg()[0], "max_rhat": max_rhat,
             "min_ess": min_ess, "min_ess_per_s": min_ess / secs,
             "divergences": int(tree["sample_stats"]["diverging"].sum())}
 
@@ -55,15 +55,18 @@ def main() -> None:
     ap.add_argument("--keep-draws", type=int, default=1000)
     ap.add_argument("--draws", type=int, default=1000)
     ap.add_argument("--out", default="reports/benchmarks/fit.md")
+    ap.add_argument("--prior-families", nargs="+", default=["mixture"], choices=["mixture", "gmodel"],
+                    help="ModelConfig.prior_family of each fit; several: a time ratio to the first")
     args = ap.parse_args()
     from cmp_bayes.atomic import write_text_atomic
 
     rows = []
     for m in args.memories:
         for s in (args.large_samplers if m >= args.large else args.samplers):
-            r = run_one(m, s, args.draws, args.keep_draws)
-            print(r, flush=True)
-            rows.append(r)
+            for family in args.prior_families:
+                r = run_one(m, s, args.draws, args.keep_draws, family)
+                print(r, flush=True)
+                rows.append(r)
             # rewritten after every run so a long sweep cut short keeps what finished
             write_text_atomic(args.out, render(rows, args))
     print(f"wrote {args.out}")
@@ -71,14 +74,18 @@ def main() -> None:
 
 def render(rows: list[dict], args: argparse.Namespace) -> str:
     """The Markdown report of the runs so far."""
-    head = ("| memories | sampler | seconds (incl. compile) | load avg | max R-hat | min ESS | "
-            "min ESS/s | divergences |")
-    lines = [head, "|---|---|---|---|---|---|---|---|"]
-    lines += [
-        f"| {r['memories']} | {r['sampler']} | {r['seconds']:.1f} | {r['load']:.1f} | {r['max_rhat']:.3f} | "
-        f"{r['min_ess']:.0f} | {r['min_ess_per_s']:.2f} | {r['divergences']} |"
-        for r in rows
-    ]
+    head = ("| memories | sampler | prior family | seconds (incl. compile) | time / first family | "
+            "load avg | max R-hat | min ESS | min ESS/s | divergences |")
+    lines = [head, "|---|---|---|---|---|---|---|---|---|---|"]
+    first: dict[tuple[int, str], float] = {}
+    for r in rows:
+        key = (r["memories"], r["sampler"])
+        first.setdefault(key, r["seconds"])
+        lines.append(
+            f"| {r['memories']} | {r['sampler']} | {r.get('model', 'mixture')} | {r['seconds']:.1f} "
+            f"| {r['seconds'] / first[key]:.2f} | {r['load']:.1f} | {r['max_rhat']:.3f} | "
+            f"{r['min_ess']:.0f} | {r['min_ess_per_s']:.2f} | {r['divergences']} |"
+        )
     text = f"""# Fit benchmark
 
 Machine: {platform.node()}, {os.cpu_count()} CPUs ({platform.processor() or platform.machine()});

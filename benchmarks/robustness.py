@@ -239,6 +239,7 @@ def run_one(dgp: DGP, seed: int, args: argparse.Namespace) -> dict:
         prior_cols = [c for c in table.columns if "prior" in c.lower()]
         row["decide_detail"] = {
             "health_ok": bool(dec.health.ok),
+            "chainwise": bool(getattr(dec, "chainwise", False)),
             "problems": list(dec.health.problems),
             "divergences": dec.health.divergences,
             "max_rhat": dec.health.max_rhat,
