@@ -54,7 +54,7 @@ def _criteria(r: dict) -> dict[str, bool]:
     return out
 
 
-def compare(docs: dict[str, dict]) -> str:
+def compare(docs: dict[str, dict], notes: str = "") -> str:
     runs = {name: _runs(doc) for name, doc in docs.items()}
     common = sorted(set.intersection(*(set(r) for r in runs.values())))
     names = list(docs)
@@ -73,6 +73,8 @@ def compare(docs: dict[str, dict]) -> str:
             f"model {json.dumps({k: v for k, v in doc['settings'].get('model', {}).items() if k in ('prior_family', 'learn_null_mean', 'gmodel_null')}) or 'default'}, "
             f"{prov.get('elapsed_s', float('nan')) / 60:.0f} min on {prov['nproc']} CPUs."
         )
+    if notes.strip():
+        lines += ["", notes.strip()]
     same = all(
         len({(runs[n][k]["memories"], runs[n][k]["steps"]) for n in names}) == 1 for k in common
     )
@@ -133,12 +135,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", metavar="NAME=RESULTS_JSON")
     parser.add_argument("-o", "--out", type=Path, default=None)
+    parser.add_argument("--notes", type=Path, default=None, help="Markdown read into the header")
     args = parser.parse_args()
     docs = {}
     for item in args.runs:
         name, _, path = item.partition("=")
         docs[name] = json.loads(Path(path).read_text())
-    text = compare(docs)
+    text = compare(docs, args.notes.read_text() if args.notes else "")
     if args.out:
         write_text_atomic(args.out, text)
     print(text)
