@@ -53,9 +53,9 @@ def fake_sampler(monkeypatch: pytest.MonkeyPatch, bad_attempts: set[int], kind: 
                 div[0, 3] = True
                 stats = stats.assign(diverging=(stats["diverging"].dims, div))
             else:  # a stuck chain: chain 0 far from chain 1
-                shifted = post["tau_helps_mean"].copy()
+                shifted = post["tau_null_sd"].copy()
                 shifted[0] = shifted[0] + 5.0
-                post = post.assign(tau_helps_mean=shifted)
+                post = post.assign(tau_null_sd=shifted)
         return post, stats
 
     monkeypatch.setattr(sampling, "sample_hyper", sample_hyper)
@@ -66,7 +66,7 @@ def fake_sampler(monkeypatch: pytest.MonkeyPatch, bad_attempts: set[int], kind: 
 
     def rhat(ds: xr.Dataset) -> xr.Dataset:
         out = real(ds)
-        return out.map(lambda da: da.clip(max=1.0) if da.name != "tau_helps_mean" else da)
+        return out.map(lambda da: da.clip(max=1.0) if da.name != "tau_null_sd" else da)
 
     monkeypatch.setattr(sampling_checks, "rhat", rhat)
     return calls
@@ -127,7 +127,7 @@ def test_attempt_one_unhealthy_attempt_two_kept(monkeypatch, kind: str) -> None:
     if kind == "divergence":
         assert first["divergences"] == 1 and "1 divergent draws" in first["problems"]
     else:
-        assert first["worst_variable"] == "tau_helps_mean" and first["max_rhat"] > 1.01
+        assert first["worst_variable"] == "tau_null_sd" and first["max_rhat"] > 1.01
     # the posterior holds attempt 2's draws: healthy by the same verdict decide uses
     assert int(tree["sample_stats"]["diverging"].sum()) == 0
     assert sampler_health(tree).ok

@@ -74,7 +74,7 @@ def log(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def gd(log):
-    return gated_data(exposure_stats(log), exposure_stats(log, by="pair"), ModelConfig(pair_model="gated"))
+    return gated_data(exposure_stats(log), exposure_stats(log, by="pair"), ModelConfig(pair_model="gated", prior_family="mixture", learn_null_mean=False))
 
 
 def _theta(gd, **values) -> dict[str, np.ndarray]:
@@ -127,7 +127,7 @@ def test_pair_likelihood_equals_direct_computation(gd) -> None:
 
 
 def test_potential_equals_sum_over_memories(gd) -> None:
-    config = ModelConfig(pair_model="gated")
+    config = ModelConfig(pair_model="gated", prior_family="mixture", learn_null_mean=False)
     model = build_gated_model(gd, config)
     theta = _theta(gd)
     prior, null_pmf, p = _pieces(gd, theta)

@@ -56,7 +56,7 @@ def test_components_are_the_two_sides_of_one_log_spline() -> None:
 
 def test_sensitivity_alternatives_follow_the_family() -> None:
     stats, _ = synthetic_stats(40, seed=3)
-    mix = sensitivity.applicable(hyper_shapes(model_data(stats, ModelConfig(), None)))
+    mix = sensitivity.applicable(hyper_shapes(model_data(stats, ModelConfig(prior_family="mixture"), None)))
     g = sensitivity.applicable(hyper_shapes(model_data(stats, GMODEL, None)))
     a = sensitivity.applicable(hyper_shapes(model_data(stats, ATOM, None)))
     assert mix == ["fitted", "null_sd_half", "null_sd_double", "effect_share_double", "helps_mean_half"]

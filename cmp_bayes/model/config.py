@@ -82,7 +82,8 @@ class ModelConfig:
         at least two groups.
     learn_null_mean : bool
         Learn the null component's location (hyperparameter ``tau_null_mean``)
-        instead of fixing it at 0. Off by default for now (see null_mean).
+        instead of fixing it at 0. On by default since the robustness study
+        (reports/robustness/comparison.md); see null_mean.
     null_mean : tuple of float
         With ``learn_null_mean``: Normal prior (mean, sd) of the null component's
         location (outcome units), truncated to (-0.1, 0.1). Default (0, 0.03). A memory that does nothing is not at exactly 0 under the
@@ -94,19 +95,21 @@ class ModelConfig:
         chains that disagreed on its weights). On four logs of reports/robustness
         that fixed the failing R-hat (weight_coef 1.42 and 1.59 -> below 1.01); on
         our own simulator it widens the null memories' 90% intervals (coverage
-        0.92 -> 0.94 in tests/test_model.py, at the edge of its band), so it is not
-        the default until the robustness study has judged it.
+        0.92 -> 0.94 in tests/test_model.py, at the edge of its band). The study
+        measured it together with the g-model, the default beside it.
     prior_family : {"mixture", "gmodel"}
         The shape of the effect distribution (docs/model.md, "The flexible prior").
-        "mixture" (default): the three Normal components below. "gmodel": a
-        log-spline density over the grid cells whose shape is fitted (Efron's
-        g-modeling, Biometrika 2016): g(cell) ∝ exp(Q alpha), Q a cubic B-spline
+        "gmodel" (default since issue 15's robustness study,
+        reports/robustness/comparison.md): a log-spline density over the grid
+        cells whose shape is fitted (Efron's g-modeling, Biometrika 2016): g(cell) ∝ exp(Q alpha), Q a cubic B-spline
         basis over the cell index with ``spline_df`` functions (the constant
         direction removed: it cancels in the normalisation), alpha ~
         Normal(0, ``spline_coef_sd``) (the penalty; alpha = 0 is uniform over the
         cells). "helps" is g restricted to tau > 0, "hurts" g restricted to
         tau < 0, "null" is ``gmodel_null``; the weights stay a softmax of the rank
-        covariates and group effects, as in the mixture.
+        covariates and group effects, as in the mixture. "mixture": the three
+        Normal components below (the default before; with ``learn_null_mean=False``
+        it is exactly the earlier model).
     spline_df : int
         gmodel only: B-spline basis functions over the cell index (>= 4). The
         default grid's cells are narrow near 0, so the knots of the default 8 fall
@@ -175,9 +178,9 @@ class ModelConfig:
     use_rank: bool = True
     rank_summary: str = "median"
     use_groups: bool = True
-    learn_null_mean: bool = False
+    learn_null_mean: bool = True
     null_mean: tuple[float, float] = (0.0, 0.03)
-    prior_family: str = "mixture"
+    prior_family: str = "gmodel"
     spline_df: int = 8
     spline_coef_sd: float = 2.0
     gmodel_null: str = "normal"
