@@ -103,7 +103,7 @@ REPORT_GLOBS = ("**/*.md", "**/*.png", "**/*.svg")
 #: report folders that are not results pages (gitignored demo output)
 REPORT_SKIP = ("demo",)
 #: fragments a generator pastes into the README beside them (already on that page)
-REPORT_FRAGMENTS = ("notes.md",)
+REPORT_FRAGMENTS = ("notes.md", "comparison_notes.md")
 
 
 def report_pages() -> list[Path]:
