@@ -198,7 +198,7 @@ def recover(
     tau = np.empty((s, m), dtype=np.float32)
     rho = np.empty((s, m), dtype=np.float32)
     if pointwise:
-        ctx.pointwise = _pointwise_context(data)
+        ctx.pointwise = pointwise_context(data)
         ctx.log_lik = np.empty((s, data.informative.size))
     chunks = [np.arange(c, s, CHUNKS) for c in range(min(CHUNKS, s))]
     streams = rng.spawn(len(chunks))
@@ -245,7 +245,12 @@ class _Pointwise:
     feas_of: np.ndarray | None  # (Mi,) each exposed memory's row of ``feas``
 
 
-def _pointwise_context(data: ModelData) -> _Pointwise:
+def pointwise_context(data: ModelData) -> _Pointwise:
+    """The exposed memories, their offsets and their distinct feasibility rows (exp F).
+
+    Shared by the pointwise log-likelihood here and the prior-sensitivity ratios
+    (:mod:`cmp_bayes.model.sensitivity`), which need the same truncation normaliser.
+    """
     rows = data.informative
     logfeas = data.log_feasibility()
     feas = feas_of = None

@@ -38,7 +38,7 @@ from cmp_bayes.constants import (
     PRIOR_SENSITIVITY_VAR,
 )
 from cmp_bayes.model.build import ModelData, prior_key
-from cmp_bayes.model.recover import compile_prior_terms
+from cmp_bayes.model.recover import compile_prior_terms, pointwise_context
 
 Hyper = dict[str, np.ndarray]
 
@@ -145,11 +145,9 @@ def grid_pmfs(
     lik = np.exp(data.pattern_loglik)  # (P, G)
     pats, pattern = np.unique(data.pattern[rows], return_inverse=True)
     lik = lik[pats]
-    logfeas = data.log_feasibility()
-    feas = feas_of = None
-    if logfeas is not None:
-        frows, floc = np.unique(logfeas[data.pattern[rows]], axis=0, return_inverse=True)
-        feas, feas_of = np.exp(frows), floc.reshape(-1)
+    # the truncated prior's feasible mass per memory, as the pointwise log-likelihood has it
+    pw = pointwise_context(data)
+    feas, feas_of = pw.feas, pw.feas_of
     s = next(iter(hyper.values())).shape[0]
     picked = np.unique(np.linspace(0, s - 1, min(draws, s)).round().astype(int))
     total = np.zeros((len(names), picked.size))
