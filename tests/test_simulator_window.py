@@ -234,3 +234,57 @@ def test_cli_simulate_window_flags(tmp_path: Path, capsys) -> None:
     rc = main(["simulate", str(tmp_path / "bad"), "--assignment", "window", "--window", "6", "--pool-slots", "5"])
     err = capsys.readouterr().err
     assert rc == 2 and "pool_slots" in err and len(err.strip().splitlines()) == 1
+
+
+# --------------------------------------------------------------------------- near misses
+
+#: BM25 on all ten LoCoMo conversations (issue 16): of the required pairs outside
+#: the top 8, the share at ranks 8 .. 8 + W - 1
+LOCOMO_NEAR_MISS = {10: 0.13, 20: 0.20, 40: 0.29}
+
+
+def _missed_reach(preset: str, seeds: tuple[int, ...]) -> tuple[int, dict[int, float]]:
+    """Required pairs outside the retrieved ranks, and the share of them within each window, from the logs."""
+    ranks: list[int] = []
+    for seed in seeds:
+        config = SimulationConfig.preset(preset)
+        log = simulate(config, seed=seed)
+        cut = config.slots - config.exposure_slots
+        # the simulator's retriever is deterministic: a query's ranking is the same at every step
+        rk = log.rankings.merge(log.steps[["step", "query_id"]], on="step")
+        rank_of = rk.groupby([rk["memory_id"].astype(str), rk["query_id"].astype(str)])["rank"].min()
+        lab = log.labels[log.labels["required"]]
+        for m, q in zip(lab["memory_id"].astype(str), lab["query_id"].astype(str), strict=True):
+            r = int(rank_of.get((m, q), 10**9))  # beyond the logged depth: far down
+            if r >= cut:
+                ranks.append(r - cut)
+    arr = np.asarray(ranks)
+    return arr.size, {w: float((arr < w).mean()) for w in LOCOMO_NEAR_MISS}
+
+
+def test_near_miss_preset_reaches_like_bm25_on_locomo() -> None:
+    # seeds 3 and 4: near_miss = 0.7 was chosen on seeds 1 and 2
+    n, reach = _missed_reach("locomo-nearmiss", (3, 4))
+    assert n > 300
+    for w, target in LOCOMO_NEAR_MISS.items():
+        band = 3 * math.sqrt(target * (1 - target) / n)  # binomial sampling error of the share
+        assert abs(reach[w] - target) <= band, (w, reach[w], target, band)
+    # the window preset's misses sit mid-list, out of any window's reach
+    _, reach_window = _missed_reach("locomo-window", (3,))
+    assert reach_window[40] < LOCOMO_NEAR_MISS[10]
+
+
+def test_near_miss_zero_changes_nothing() -> None:
+    from cmp_bayes.simulation.simulator import build_world
+
+    a = build_world(SimulationConfig.preset("locomo-window"), seed=5)
+    b = build_world(SimulationConfig.preset("locomo-nearmiss", near_miss=0.0), seed=5)
+    c = build_world(SimulationConfig.preset("locomo-nearmiss"), seed=5)
+    assert np.array_equal(a.retriever.score, b.retriever.score)
+    assert np.array_equal(a.util, c.util) and np.array_equal(a.required, c.required)
+    moved = a.retriever.score != c.retriever.score
+    assert moved.any() and not (moved & ~a.required).any()  # only required (gap) memories move
+    assert "near_miss" not in SimulationConfig.preset("locomo-window").to_dict()
+    assert SimulationConfig.preset("locomo-nearmiss").to_dict()["near_miss"] == 0.7
+    with pytest.raises(ConfigError, match="near_miss"):
+        SimulationConfig(near_miss=1.5)

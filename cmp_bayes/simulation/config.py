@@ -41,6 +41,11 @@ class SimulationConfig:
         Share of the exposable memories put in the exposure pool.
     lexical_gap : float
         Share of required memories the retriever scores mid-list (rarely retrieved).
+    near_miss : float
+        Share of those lexical-gap memories the retriever ranks just below its
+        cut instead of mid-list: a log-uniform rank between the cut
+        (``slots - exposure_slots``) and the bottom of the store, the shape of
+        BM25's missed evidence on LoCoMo (0 keeps every gap memory mid-list).
     required_per_query : int
         Required memories per query (at least 1).
     effect_size : float
@@ -78,6 +83,7 @@ class SimulationConfig:
     pool_slots: int = 0
     pool_share: float = 1.0
     lexical_gap: float = 0.5
+    near_miss: float = 0.0
     required_per_query: int = 2
     effect_size: float = 0.25
     harmful_share: float = 0.05
@@ -111,7 +117,7 @@ class SimulationConfig:
             need(self.pool_slots == 0, "pool_slots is for assignment='window' only")
         need(self.store in ("shared", "per-query"), "store must be 'shared' or 'per-query'")
         need(self.outcomes in ("binary", "fractional"), "outcomes must be 'binary' or 'fractional'")
-        for name in ("pool_share", "lexical_gap", "harmful_share", "churn"):
+        for name in ("pool_share", "lexical_gap", "near_miss", "harmful_share", "churn"):
             need(0.0 <= getattr(self, name) <= 1.0, f"{name} must be in [0, 1]")
         need(1 <= self.required_per_query <= self.memories, "required_per_query must be in [1, memories]")
         need(self.noise >= 0 and self.null_sd >= 0 and self.concentration > 0, "noise, null_sd >= 0, concentration > 0")
@@ -136,13 +142,16 @@ class SimulationConfig:
     def to_dict(self) -> dict[str, Any]:
         """Plain dict of every field (``window`` and ``pool_slots`` only in window designs).
 
-        Outside window designs those two are at their defaults and left out, so
+        Outside window designs those two are at their defaults and left out (as is
+        ``near_miss`` at 0), so
         the ``simulation.json`` of a log simulated before window designs existed
         (the bundled example) is written byte for byte as it was.
         """
         out = dataclasses.asdict(self)
         if self.assignment != "window":
             del out["window"], out["pool_slots"]
+        if self.near_miss == 0:
+            del out["near_miss"]
         return out
 
     @classmethod

@@ -12,6 +12,11 @@
   ``pool_slots=1``): per step one exposure slot dealt balanced over the whole
   store (positivity for every memory) and one drawn from the step's near
   misses (retriever ranks 8..27), for shared-store pair effects.
+* ``locomo-nearmiss``: ``locomo-window`` with a retriever whose misses look
+  like BM25's on LoCoMo (``near_miss=0.7``): of the required memories outside
+  the retrieved slots, about 13/20/29/38% sit within ranks ``8 .. 8 + W - 1`` at
+  W = 10/20/40/80, the rest hundreds of ranks down; ``locomo-window``'s misses
+  are nearly all mid-list, out of any window's reach.
 * ``churn``: a shared store whose memories are created and deleted over time.
 * ``fractional``: ``tiny`` with Beta outcomes (token-F1-like scores) and noise.
 """
@@ -32,6 +37,12 @@ PRESETS: dict[str, dict[str, Any]] = {
     "locomo-window": {
         "memories": 600, "queries": 200, "repeats": 10, "slots": 10, "exposure_slots": 2,
         "required_per_query": 2, "lexical_gap": 0.62, "store": "shared", "groups": 4,
+        "effect_size": 0.25, "harmful_share": 0.03, "ranking_depth": 50,
+        "assignment": "window", "window": 20, "pool_slots": 1,
+    },
+    "locomo-nearmiss": {
+        "memories": 600, "queries": 200, "repeats": 10, "slots": 10, "exposure_slots": 2,
+        "required_per_query": 2, "lexical_gap": 0.62, "near_miss": 0.7, "store": "shared", "groups": 4,
         "effect_size": 0.25, "harmful_share": 0.03, "ranking_depth": 50,
         "assignment": "window", "window": 20, "pool_slots": 1,
     },

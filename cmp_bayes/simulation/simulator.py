@@ -33,6 +33,7 @@ from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
+from scipy.special import ndtri
 
 from cmp_bayes.constants import EXPOSURE, RETRIEVER
 from cmp_bayes.errors import ConfigError
@@ -119,6 +120,9 @@ def build_world(config: SimulationConfig, seed: int) -> World:
     score[harmful] = rng.normal(0.5, 1.0, size=harmful.sum())
     score[required & ~gap] = rng.normal(3.0, 0.5, size=(required & ~gap).sum())
     score[gap] = rng.normal(0.1, 0.5, size=gap.sum())
+    if c.near_miss > 0:
+        near = _near_miss(c, gap, seed)
+        score[near] = _near_miss_scores(c, int(near.sum()), hc, seed)
     # steps: shared store asks the queries in random order; per-query stores ask
     # each query in one block of consecutive steps
     rng_steps = np.random.default_rng([seed, 2])
@@ -143,6 +147,29 @@ def build_world(config: SimulationConfig, seed: int) -> World:
         base=base, retriever=Retriever(cand=cand, score=score), util=util, required=required,
         col=col, created=created, deleted=deleted, step_query=step_query, reader=reader,
     )
+
+
+def _near_miss(c: SimulationConfig, gap: np.ndarray, seed: int) -> np.ndarray:
+    """Which lexical-gap pairs the retriever ranks just below its cut, shape (query, candidate)."""
+    # a stream of its own: near_miss = 0 leaves every other draw of the world as it was
+    rng = np.random.default_rng([seed, 3])
+    return gap & (rng.random(gap.shape) < c.near_miss)
+
+
+def _near_miss_scores(c: SimulationConfig, n: int, hc: int, seed: int) -> np.ndarray:
+    """Scores whose expected rank among ``hc`` Normal(0, 1) scores is log-uniform on [cut, hc].
+
+    The cut is ``slots - exposure_slots``, the retriever's last retrieved rank
+    plus one: a near miss is never retrieved by its score alone, and the share
+    within ranks ``cut .. cut + W - 1`` grows like ``log(1 + W / cut)``, as the
+    missed evidence of BM25 on LoCoMo does (13/20/29/38% within W = 10/20/40/80
+    at a log-uniform share of about 0.7).
+    """
+    rng = np.random.default_rng([seed, 4])
+    cut = max(c.slots - c.exposure_slots, 1)
+    rank = np.exp(rng.uniform(np.log(cut), np.log(max(hc, cut + 1)), size=n))
+    # the score an ordinary memory exceeds with probability rank / hc
+    return ndtri(1.0 - np.clip(rank / hc, 0.5 / hc, 1.0 - 0.5 / hc))
 
 
 def _rankings(world: World, steps: np.ndarray) -> np.ndarray:
