@@ -85,7 +85,9 @@ def load_result(result: str | Path | pd.DataFrame | xr.DataTree) -> pd.DataFrame
     Accepts an estimates DataFrame, a path to an estimates CSV, a path to a
     posterior NetCDF, or a DataTree. A posterior scores each memory (or each
     memory x query when ``tau`` has a ``query`` dim) by the posterior mean of
-    ``tau``; its ``identification`` group, when present, gives ``status``.
+    ``tau``; its ``identification`` group, when present, gives ``status``. A
+    gated pair posterior (``tau`` over ``pair``) scores each (memory, query)
+    pair, with the status of its ``pair_identification`` group.
     """
     if isinstance(result, pd.DataFrame):
         if "score" in result.columns and "estimate" not in result.columns:
@@ -131,6 +133,19 @@ def _from_tree(tree: xr.DataTree, name: str) -> pd.DataFrame:
     if "posterior" not in tree.children or "tau" not in tree["posterior"].data_vars:
         raise PosteriorError(f"{name}: no posterior group with a 'tau' variable")
     tau = tree["posterior"]["tau"].mean(("chain", "draw"))
+    if "pair" in tau.dims:
+        # the gated pair model: one score per (memory, query) pair, status from the design per pair
+        frame = pd.DataFrame({
+            "memory_id": tau["memory_id"].to_numpy().astype(str),
+            "query_id": tau["query_id"].to_numpy().astype(str),
+            "score": tau.to_numpy(),
+        })
+        from cmp_bayes.posterior.contract import PAIR_IDENTIFICATION
+
+        if PAIR_IDENTIFICATION in tree.children and "status" in tree[PAIR_IDENTIFICATION].data_vars:
+            frame["status"] = tree[PAIR_IDENTIFICATION]["status"].to_numpy().astype(str)
+        frame.attrs["method"] = "posterior-mean"
+        return frame
     if "query" in tau.dims:
         frame = tau.transpose("memory", "query").to_series().rename("score").reset_index()
         frame = frame.rename(columns={"memory": "memory_id", "query": "query_id"})
