@@ -57,3 +57,9 @@ def test_configs_are_checked() -> None:
         ExperimentConfig(model={"rank_summary": "best"})  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="sampler must be a SamplerConfig"):
         ExperimentConfig(sampler="nutpie")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="pair_model must be"):
+        ExperimentConfig(per_query_fit=True, pair_model="sparse")
+    with pytest.raises(ConfigError, match="needs per_query_fit"):
+        ExperimentConfig(pair_model="gated")
+    gated = ExperimentConfig(per_query_fit=True, pair_model="gated")
+    assert ExperimentConfig.from_dict(json.loads(json.dumps(gated.to_dict()))) == gated

@@ -223,14 +223,17 @@ def test_run_experiment_without_fit(hotpot_log) -> None:
     assert "semi-synthetic" in res.to_text()
 
 
-def test_run_experiment_scores_the_per_query_posterior_by_pair(hotpot_log) -> None:
+@pytest.mark.slow  # two real fits of real HotpotQA (about 25 s each in CI); plumbing only
+@pytest.mark.parametrize("pair_model", ["normal", "gated"])
+def test_run_experiment_scores_the_per_query_posterior_by_pair(hotpot_log, pair_model: str) -> None:
     # the plumbing of --per-query-fit: a second (per-query) fit scored per (paragraph, question)
     from dataclasses import replace
 
     d, cfg, *_ = hotpot_log
     # the plumbing, not the prior: the plain mixture compiles and recovers faster at this size
     cfg = replace(
-        cfg, fit=True, per_query_fit=True, sampler=replace(cfg.sampler, draws=40, tune=40, chains=1),
+        cfg, fit=True, per_query_fit=True, pair_model=pair_model,
+        sampler=replace(cfg.sampler, draws=40, tune=40, chains=1),
         model=ModelConfig(prior_family="mixture", learn_null_mean=False),
     )
     res = run_experiment(d, BM25Retriever(), cfg)
@@ -243,6 +246,15 @@ def test_run_experiment_scores_the_per_query_posterior_by_pair(hotpot_log) -> No
     assert 0 <= pq["auc"] <= 1
     assert isinstance(res.fit_health["per_query"]["divergences"], int)
     assert "fit_per_query" in res.timings
+    gated_rows = {"posterior mean tau_relevant", "posterior p_relevant_any"}
+    if pair_model == "gated":
+        assert gated_rows <= set(rows.index)
+        for name in gated_rows:
+            assert rows.loc[name, "level"] == "memory" and rows.loc[name, "n"] == n_paragraphs
+            assert name in res.scores.columns
+        assert {d["method"] for d in res.auc_diff} >= gated_rows
+    else:
+        assert not gated_rows & set(rows.index)
     with pytest.raises(ConfigError, match="per_query_fit needs fit"):
         ExperimentConfig(fit=False, per_query_fit=True)
 

@@ -99,6 +99,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "(default) or its best; 'best' suits stores asked many questions (LoCoMo)")
     e.add_argument("--per-query-fit", action="store_true",
                    help="also fit the per-query model and score its (memory, question) pairs")
+    e.add_argument("--pair-model", choices=("normal", "gated"), default="normal",
+                   help="--per-query-fit: the pair model; gated (the relevance-gated pair model) also scores "
+                        "memories by tau_relevant and p_relevant_any (default normal)")
     e.add_argument("--no-fit", action="store_true", help="skip the Bayesian model (estimators only)")
     e.add_argument("--log-out", type=Path, help="write the exposure log here (a directory)")
     e.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
@@ -214,6 +217,7 @@ def run(args: argparse.Namespace) -> int:
             model=ModelConfig(rank_summary=args.rank_summary),
             sampler=replace(EXPERIMENT_SAMPLER, draws=args.draws, tune=args.tune, chains=args.chains),
             per_query_fit=args.per_query_fit,
+            pair_model=args.pair_model,
             assignment=args.assignment,
             window=args.window,
             pool_slots=0 if args.pool_slots is None else args.pool_slots,

@@ -74,6 +74,10 @@ class ExperimentConfig:
     per_query_fit : bool
         Also fit the per-query variant (``fit(log, by="query")``) and score its
         posterior mean of tau per (memory, question) pair (needs ``fit``).
+    pair_model : {"normal", "gated"}
+        The per-query fit's pair model (:attr:`ModelConfig.pair_model`):
+        "gated", the relevance-gated pair model, also scores memories by its
+        ``tau_relevant`` and ``p_relevant_any`` (needs ``per_query_fit``).
     assignment : {"balanced", "window"}
         How the ``k`` exposure slots are dealt: balanced over each store's pool
         (the paper's design), or the spec's window design, whose ``k - j``
@@ -123,6 +127,7 @@ class ExperimentConfig:
     evict_fraction: float = 0.1
     n_perturbations: int = 20
     per_query_fit: bool = False
+    pair_model: str = "normal"
     assignment: str = "balanced"
     window: int | None = None
     pool_slots: int = 0
@@ -141,6 +146,10 @@ class ExperimentConfig:
             raise ConfigError("exposures_per_memory must be > 0")
         if self.per_query_fit and not self.fit:
             raise ConfigError("per_query_fit needs fit (the per-query model is a second fit)")
+        if self.pair_model not in ("normal", "gated"):
+            raise ConfigError(f"pair_model must be 'normal' or 'gated', got {self.pair_model!r}")
+        if self.pair_model != "normal" and not self.per_query_fit:
+            raise ConfigError("pair_model applies to the per-query fit: it needs per_query_fit")
         self._check_design()
         if isinstance(self.holdout, bool) or not isinstance(self.holdout, numbers.Real) or not (
             0.0 <= float(self.holdout) < 1.0

@@ -322,10 +322,18 @@ def run_experiment(
         fit_health = _health(dt)
         if config.per_query_fit:
             t0 = time.perf_counter()
-            dq = fit(log, config.model, sampler, by="query")
+            dq = fit(log, replace(config.model, pair_model=config.pair_model), sampler, by="query")
             timings["fit_per_query"] = time.perf_counter() - t0
             ev = evaluate(log, dq, level="pair", n_boot=config.n_boot, seed=config.seed)
             rows.append(_auc_row("posterior mean tau per query", "pair", ev))
+            if config.pair_model == "gated":
+                for var, label in (("tau_relevant", "posterior mean tau_relevant"),
+                                   ("p_relevant_any", "posterior p_relevant_any")):
+                    v = dq["posterior"][var].mean(("chain", "draw"))
+                    table = pd.DataFrame({"memory_id": v["memory"].to_numpy().astype(str), "estimate": v.to_numpy()})
+                    ev = evaluate(log, table, level="memory", n_boot=config.n_boot, seed=config.seed)
+                    rows.append(_auc_row(label, "memory", ev))
+                    scores[label] = table
             fit_health["per_query"] = _health(dq)
             if config.holdout > 0:
                 fits["query"] = dq  # scored on the held-out questions below
@@ -349,14 +357,16 @@ def run_experiment(
         est = pd.Series(t["estimate"].to_numpy(np.float64), index=t["memory_id"].astype(str).to_numpy())
         per_memory[name] = est.reindex(per_memory["memory_id"].to_numpy()).to_numpy(np.float64)
     diffs: list[dict[str, Any]] = []
-    if "posterior" in per_memory:
-        ident = (per_memory["status"] == "identified").to_numpy()
+    ident = (per_memory["status"] == "identified").to_numpy()
+    for method in ("posterior", "posterior mean tau_relevant", "posterior p_relevant_any"):
+        if method not in per_memory:
+            continue
         for base in ("hajek", "logged-success"):
             for subset, mask in (("all", np.ones(len(per_memory), dtype=bool)), ("identified", ident)):
                 diffs.append(
-                    {"method": "posterior", "baseline": base, "subset": subset}
+                    {"method": method, "baseline": base, "subset": subset}
                     | paired_auc_difference(
-                        per_memory.loc[mask, "posterior"].to_numpy(),
+                        per_memory.loc[mask, method].to_numpy(),
                         per_memory.loc[mask, base].to_numpy(),
                         per_memory.loc[mask, "required"].to_numpy(bool),
                         n_boot=max(config.n_boot, 1000),
