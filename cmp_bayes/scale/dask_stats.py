@@ -107,7 +107,14 @@ from cmp_bayes.scale.steps_map import (
 )
 from cmp_bayes.statistics.dataset import assemble_dataset, stats_arrays
 from cmp_bayes.statistics.groups import main_group
-from cmp_bayes.statistics.kernels import ARM_COLS, By, positions, sorted_unique, to_index
+from cmp_bayes.statistics.kernels import (
+    ARM_COLS,
+    By,
+    counted_median_min,
+    positions,
+    sorted_unique,
+    to_index,
+)
 
 #: partial results added together per reduce task
 SPLIT_EVERY: int = 8
@@ -382,33 +389,13 @@ def _rank_stats(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``ranked``, ``rank_median`` and ``rank_best`` (memory, cell) from counts per (memory, cell, rank)."""
     m, nc = len(memory), len(cells)
-    ranked = np.zeros((m, nc), dtype=np.int64)
-    median = np.full((m, nc), np.nan)
-    best = np.full((m, nc), np.nan)
     if ranks is None or len(ranks.mem_idx) == 0:
-        return ranked, median, best
+        return np.zeros((m, nc), dtype=np.int64), np.full((m, nc), np.nan), np.full((m, nc), np.nan)
     mi = remap(ranks.memory, memory, ranks.mem_idx)
     ci = remap(ranks.cells, cells, ranks.cell_idx)
     keep = mi >= 0
-    key = (mi * nc + ci)[keep]
-    rank = ranks.rank[keep]
-    cnt = ranks.count[keep]
-    order = np.lexsort((rank, key))
-    key, rank, cnt = key[order], rank[order], cnt[order]
-    total = np.bincount(key, weights=cnt, minlength=m * nc).astype(np.int64)
-    cum = np.cumsum(cnt)  # position (exclusive end) of each (key, rank) run in the expanded order
-    has = np.flatnonzero(total)
-    start = np.concatenate(([0], np.cumsum(total)[:-1]))[has]
-    n = total[has]
-    v = rank.astype(np.float64)
-    lo = v[np.searchsorted(cum, start + (n - 1) // 2, side="right")]
-    hi = v[np.searchsorted(cum, start + n // 2, side="right")]
-    flat = median.reshape(-1)
-    flat[has] = 0.5 * (lo + hi)
-    # sorted by (key, rank): a key's first run holds its smallest rank
-    best.reshape(-1)[has] = v[np.searchsorted(cum, start, side="right")]
-    ranked.reshape(-1)[:] = total
-    return ranked, median, best
+    total, med, low = counted_median_min((mi * nc + ci)[keep], ranks.rank[keep], ranks.count[keep], m * nc)
+    return total.reshape(m, nc), med.reshape(m, nc), low.reshape(m, nc)
 
 
 def fit_statistics(
