@@ -211,7 +211,9 @@ def arm_sums(
     y2 = None if binary else y * y
 
     def per_bin(k: np.ndarray, m: int, w: np.ndarray | None) -> np.ndarray:
-        return np.bincount(k, weights=w, minlength=m)
+        out = np.bincount(k, weights=w, minlength=m)
+        # numpy gives int64 for empty weights: sums stay float64 when no row contributes
+        return out if w is None else out.astype(np.float64, copy=False)
 
     n3 = per_bin(k3, 3 * size, None).reshape(size, 3)
     s3 = per_bin(k3, 3 * size, y).reshape(size, 3)
