@@ -143,3 +143,17 @@ def test_dask_pairs_check_the_log_first(logs, tmp_path) -> None:
     assert Path(err.value.file).name == "part-001.parquet" and err.value.row == 2
     with pytest.raises(ConfigError, match="by must be"):
         exposure_stats(path, by="pairs", engine="dask")
+
+
+def test_a_log_without_context_rows(tmp_path) -> None:
+    # pool eligibility alone makes the pairs; every outcome sum is float64 (numpy's bincount
+    # gives int64 for empty weights) in both engines, dense statistics included
+    log = simulate(SimulationConfig.preset("fractional", memories=12, queries=3, repeats=4), seed=0)
+    log.contexts = log.contexts.iloc[:0]
+    root = straddled_parts(write_log(log, tmp_path / "single", format="parquet"), tmp_path / "log", ctx_parts=1)
+    want = exposure_stats(read_log(root), by="pair")
+    assert want.sizes["pair"] > 0 and not want["retrieved"].any()
+    assert_bit_identical(exposure_stats(root, by="pair", engine="dask", scheduler="synchronous"), want)
+    for engine in ("pandas", "dask"):
+        dense = exposure_stats(root if engine == "dask" else read_log(root), engine=engine)
+        assert dense["retrieved_outcome_sum"].dtype == np.float64, engine
