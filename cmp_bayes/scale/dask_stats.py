@@ -27,7 +27,11 @@ steps, memories or cells (only over part files and partial results).
 
 Modules: :mod:`cmp_bayes.scale.parts` (inputs), :mod:`cmp_bayes.scale.steps_map`
 and :mod:`cmp_bayes.scale.contexts_map` (the two maps and their combines); this
-module builds the graph, reduces and assembles.
+module builds the graph, reduces and assembles. ``by="pair"`` runs the
+memory-level map-reduce (the checks, the memory index) and then a second graph,
+:mod:`cmp_bayes.scale.pairs_map`: a map per steps part and an ordered fold, whose
+sums are the pandas engine's bit for bit (the exactness paragraph below is about
+the first graph only).
 
 The join and its memory bound. A contexts part needs the outcome and cell of
 the steps it names. It reads only the rows of the ``steps/`` parts whose
