@@ -199,6 +199,16 @@ def _empty_sums() -> PairSums:
     )
 
 
+def _distinct(keys: np.ndarray) -> np.ndarray:
+    """The sorted distinct values of int64 ``keys``, shape (<= len(keys),).
+
+    A stable sort (timsort: the fold's keys are two sorted runs) and a comparison of
+    neighbours; ``numpy.unique`` hashes int keys first, several times slower here.
+    """
+    k = np.sort(keys, kind="stable")
+    return k[np.r_[True, k[1:] != k[:-1]]] if len(k) else k
+
+
 # --------------------------------------------------------------------------- map
 
 
@@ -301,7 +311,7 @@ def pair_terms(
             w_key = w_m * nq + cell[w_pos]
     w_exposed = window_exposed(arm_codes, ctx_step, sv, row_m, w_pos, w_m, len(memory))
 
-    keys = np.unique(np.concatenate([
+    keys = _distinct(np.concatenate([
         row_key, w_key, pool_keys(pool, memory, sv, cell, nq, index.created, index.deleted),
     ]))
     out = PairTerms(
@@ -377,7 +387,7 @@ def fold_pairs(acc: PairSums | None, part: PairTerms) -> PairSums:
     nq = max(len(queries), 1)
     a_key = acc.pair_m * nq + aq[acc.pair_q] if len(acc.pair_q) else _NO_INT
     p_key = part.pair_m * nq + pq_[part.pair_q] if len(part.pair_q) else _NO_INT
-    keys = np.union1d(a_key, p_key)
+    keys = _distinct(np.concatenate([a_key, p_key]))
     n = len(keys)
     at_a, at_p = np.searchsorted(keys, a_key), np.searchsorted(keys, p_key)
     row, win = at_p[part.ctx_pair], at_p[part.win_pair]
