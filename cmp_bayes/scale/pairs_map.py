@@ -289,10 +289,9 @@ def pair_terms(
     row_key = rm * nq + cell_row[known]
     stored = (index.created[rm] <= ctx_step[known]) & (ctx_step[known] < index.deleted[rm])
 
-    rk = None
-    if "ranking" in table.column_names and pa.types.is_list(table["ranking"].type) | pa.types.is_large_list(
-        table["ranking"].type
-    ):
+    rk = None  # the rankings in long form (step, rank, memory_id); None without any
+    rk_type = table["ranking"].type if "ranking" in table.column_names else None
+    if rk_type is not None and (pa.types.is_list(rk_type) or pa.types.is_large_list(rk_type)):
         rk = arrow_list_to_long(table["ranking"], sv)
         rk = rk if len(rk) else None
 
