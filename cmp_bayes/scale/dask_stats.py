@@ -27,7 +27,11 @@ steps, memories or cells (only over part files and partial results).
 
 Modules: :mod:`cmp_bayes.scale.parts` (inputs), :mod:`cmp_bayes.scale.steps_map`
 and :mod:`cmp_bayes.scale.contexts_map` (the two maps and their combines); this
-module builds the graph, reduces and assembles.
+module builds the graph, reduces and assembles. ``by="pair"`` runs the
+memory-level map-reduce (the checks, the memory index) and then a second graph,
+:mod:`cmp_bayes.scale.pairs_map`: a map per steps part and an ordered fold, whose
+sums are the pandas engine's bit for bit (the exactness paragraph below is about
+the first graph only).
 
 The join and its memory bound. A contexts part needs the outcome and cell of
 the steps it names. It reads only the rows of the ``steps/`` parts whose
@@ -80,7 +84,7 @@ from __future__ import annotations
 import contextlib
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -107,7 +111,15 @@ from cmp_bayes.scale.steps_map import (
 )
 from cmp_bayes.statistics.dataset import assemble_dataset, stats_arrays
 from cmp_bayes.statistics.groups import main_group
-from cmp_bayes.statistics.kernels import ARM_COLS, By, positions, sorted_unique, to_index
+from cmp_bayes.statistics.kernels import (
+    ARM_COLS,
+    By,
+    arrow_strings,
+    counted_median_min,
+    positions,
+    sorted_unique,
+    to_index,
+)
 
 #: partial results added together per reduce task
 SPLIT_EVERY: int = 8
@@ -124,7 +136,10 @@ def tree_reduce(items: list[Any], combine: Any, split_every: int = SPLIT_EVERY) 
 
 
 def dask_exposure_stats(
-    path: str | Path, by: By = None, scheduler: object | None = None, progress: Progress | None = None
+    path: str | Path,
+    by: By | Literal["pair"] = None,
+    scheduler: object | None = None,
+    progress: Progress | None = None,
 ) -> xr.Dataset:
     """:func:`cmp_bayes.statistics.exposure_stats` of a Parquet-form log, as a Dask map-reduce.
 
@@ -134,7 +149,12 @@ def dask_exposure_stats(
         A Parquet-form log directory: ``steps/`` and ``contexts/`` folders of
         part files (or single ``steps.parquet`` / ``contexts.parquet``),
         ``design.json``, optional ``memories.parquet`` (or ``memories/``).
-    by : {None, "query", "group"}
+    by : {None, "query", "group", "pair"}
+        ``"pair"``: the sparse pair statistics, in two passes: the memory-level
+        map-reduce above (every rule of the log checked, the memory index, the
+        propensities and attributes), then :mod:`cmp_bayes.scale.pairs_map` (a
+        map over the steps parts and an ordered fold; identical to the pandas
+        engine bit for bit, fractional outcomes included).
     scheduler : None, str or distributed.Client
         See :func:`cmp_bayes.scale.cluster.dask_scheduler`.
     progress : cmp_bayes.progress.Progress, optional
@@ -144,7 +164,8 @@ def dask_exposure_stats(
     -------
     xarray.Dataset
         Exactly the pandas engine's Dataset (floating-point sums: see the module
-        docstring), ``log_checksum`` included.
+        docstring; with ``by="pair"`` bit for bit whatever the outcomes),
+        ``log_checksum`` included.
 
     Raises
     ------
@@ -157,8 +178,10 @@ def dask_exposure_stats(
 
     from cmp_bayes.scale.cluster import dask_scheduler
 
-    if by not in (None, "query", "group"):
-        raise ConfigError(f"exposure_stats: by must be None, 'query' or 'group', not {by!r}")
+    if by not in (None, "query", "group", "pair"):
+        raise ConfigError(f"exposure_stats: by must be None, 'query', 'group' or 'pair', not {by!r}")
+    # by="pair" first checks the log and finds its memories with the memory-level pass
+    cell_by: By = None if by == "pair" else by
     root = Path(path)
     if not root.is_dir():
         raise LogError(root, "the dask engine reads a Parquet-form log directory; no such directory")
@@ -182,40 +205,75 @@ def dask_exposure_stats(
     d_design = dask.delayed(design, name=f"design-{run}", traverse=False)
     d_pool = dask.delayed(RoundPools.of(design), name=f"pool-{run}", traverse=False)
     s_map = [
-        dask.delayed(steps_partial, pure=True)(i, str(f), by, d_life, d_design, design_file)
+        dask.delayed(steps_partial, pure=True)(i, str(f), cell_by, d_life, d_design, design_file)
         for i, f in enumerate(step_files)
     ]
     c_map = [
-        dask.delayed(contexts_partial, pure=True)(i, str(f), d_steps, by, d_design, design_file, d_life, d_pool)
+        dask.delayed(contexts_partial, pure=True)(i, str(f), d_steps, cell_by, d_design, design_file, d_life, d_pool)
         for i, f in enumerate(ctx_files)
     ]
     s_red = tree_reduce(s_map, combine_steps)
     c_red = tree_reduce(c_map, combine_contexts) if c_map else None
-    what = f"statistics{'' if by is None else ' by ' + by} ({len(step_files)} + {len(ctx_files)} parts)"
+    what = f"statistics{'' if cell_by is None else ' by ' + cell_by} ({len(step_files)} + {len(ctx_files)} parts)"
     with dask_scheduler(scheduler) as sched:
         if c_red is None:
             (sp,) = _compute([s_red], sched, progress, what)
             cp = empty_contexts()
         else:
             sp, cp = _compute([s_red, c_red], sched, progress, what)
-    # the reader's order: the steps (each part's own rules, then their order across parts),
-    # then the contexts; within each, the first part file that breaks a rule
-    if sp.error is not None:
-        raise sp.error.error()
-    _check_step_order(sp)
-    if cp.error is not None:
-        raise cp.error.error()
-    ds = _assemble(sp, cp, by, design, life, log_checksum(root))
-    # a window design's rankings, as the reader checks them once the whole log is read: the
-    # store's size without a memories file is every memory the log names, known only now
-    if sp.window_error is not None:
-        raise sp.window_error.error()
-    short = first_short_ranking(sp.short, ds.sizes["memory"]) if life is None else None
-    if short is not None:
-        raise short
-    if cp.window_error is not None:
-        raise cp.window_error.error()
+        # the reader's order: the steps (each part's own rules, then their order across parts),
+        # then the contexts; within each, the first part file that breaks a rule
+        if sp.error is not None:
+            raise sp.error.error()
+        _check_step_order(sp)
+        if cp.error is not None:
+            raise cp.error.error()
+        ds = _assemble(sp, cp, cell_by, design, life, log_checksum(root))
+        # a window design's rankings, as the reader checks them once the whole log is read: the
+        # store's size without a memories file is every memory the log names, known only now
+        if sp.window_error is not None:
+            raise sp.window_error.error()
+        short = first_short_ranking(sp.short, ds.sizes["memory"]) if life is None else None
+        if short is not None:
+            raise short
+        if cp.window_error is not None:
+            raise cp.window_error.error()
+        if by == "pair":
+            return _pair_stats(ds, step_files, ctx_files, design, life, sched, progress, run)
     return ds
+
+
+def _pair_stats(
+    base: xr.Dataset,
+    step_files: list[Path],
+    ctx_files: list[Path],
+    design: dict[str, Any] | None,
+    life: Lifetimes | None,
+    sched: Any,
+    progress: Progress | None,
+    run: str,
+) -> xr.Dataset:
+    """The second pass of ``by="pair"`` (:mod:`cmp_bayes.scale.pairs_map`) on a log already
+    checked, whose memory-level statistics are ``base``: one map per steps part (in parallel),
+    a chain of folds in part order (exact floating-point sums), the assembly."""
+    import dask
+
+    from cmp_bayes.scale.pairs_map import MemoryIndex, assemble_pair_stats, fold_pairs, pair_terms
+
+    index = MemoryIndex.of(arrow_strings(base["memory"].to_numpy()), life)
+    d_index = dask.delayed(index, name=f"memory-index-{run}", traverse=False)
+    d_ctx = dask.delayed([step_range(f) for f in ctx_files], name=f"contexts-parts-{run}", traverse=False)
+    d_design = dask.delayed(design, name=f"pair-design-{run}", traverse=False)
+    d_pool = dask.delayed(RoundPools.of(design), name=f"pair-pool-{run}", traverse=False)
+    acc: Any = None
+    steps = []
+    for f in step_files:
+        terms, part_steps = dask.delayed(pair_terms, pure=True, nout=2)(str(f), d_ctx, d_index, d_design, d_pool)
+        # a chain, not a tree: each fold continues the running sums in step order (see pairs_map)
+        acc = dask.delayed(fold_pairs, pure=True)(acc, terms)
+        steps.append(part_steps)
+    acc, *parts_steps = _compute([acc, *steps], sched, progress, f"pair statistics ({len(step_files)} parts)")
+    return assemble_pair_stats(acc, parts_steps, base, index)
 
 
 def _compute(targets: list[Any], sched: Any, progress: Progress | None, what: str) -> tuple[Any, ...]:
@@ -382,33 +440,13 @@ def _rank_stats(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``ranked``, ``rank_median`` and ``rank_best`` (memory, cell) from counts per (memory, cell, rank)."""
     m, nc = len(memory), len(cells)
-    ranked = np.zeros((m, nc), dtype=np.int64)
-    median = np.full((m, nc), np.nan)
-    best = np.full((m, nc), np.nan)
     if ranks is None or len(ranks.mem_idx) == 0:
-        return ranked, median, best
+        return np.zeros((m, nc), dtype=np.int64), np.full((m, nc), np.nan), np.full((m, nc), np.nan)
     mi = remap(ranks.memory, memory, ranks.mem_idx)
     ci = remap(ranks.cells, cells, ranks.cell_idx)
     keep = mi >= 0
-    key = (mi * nc + ci)[keep]
-    rank = ranks.rank[keep]
-    cnt = ranks.count[keep]
-    order = np.lexsort((rank, key))
-    key, rank, cnt = key[order], rank[order], cnt[order]
-    total = np.bincount(key, weights=cnt, minlength=m * nc).astype(np.int64)
-    cum = np.cumsum(cnt)  # position (exclusive end) of each (key, rank) run in the expanded order
-    has = np.flatnonzero(total)
-    start = np.concatenate(([0], np.cumsum(total)[:-1]))[has]
-    n = total[has]
-    v = rank.astype(np.float64)
-    lo = v[np.searchsorted(cum, start + (n - 1) // 2, side="right")]
-    hi = v[np.searchsorted(cum, start + n // 2, side="right")]
-    flat = median.reshape(-1)
-    flat[has] = 0.5 * (lo + hi)
-    # sorted by (key, rank): a key's first run holds its smallest rank
-    best.reshape(-1)[has] = v[np.searchsorted(cum, start, side="right")]
-    ranked.reshape(-1)[:] = total
-    return ranked, median, best
+    total, med, low = counted_median_min((mi * nc + ci)[keep], ranks.rank[keep], ranks.count[keep], m * nc)
+    return total.reshape(m, nc), med.reshape(m, nc), low.reshape(m, nc)
 
 
 def fit_statistics(

@@ -16,8 +16,9 @@ Layers, each importing only those below it (as arviz-stats' ``base/`` ->
   the two engines, built on the two layers above;
 * :mod:`~cmp_bayes.statistics.groups`: a memory's main group, from the
   statistics by group (for the model);
-* :mod:`~cmp_bayes.statistics.pairs`: the sparse pair statistics (``by="pair"``),
-  pandas engine only;
+* :mod:`~cmp_bayes.statistics.pairs`: the sparse pair statistics (``by="pair"``)
+  with the pandas engine, and the helpers :mod:`cmp_bayes.scale.pairs_map` (the
+  Dask engine's) builds the same pairs with;
 * this module: :func:`exposure_stats`, the public entry that picks an engine.
   It imports the Dask engine only when asked for it (dask is an optional
   extra), and nothing the engines import imports this dispatch back.
@@ -110,17 +111,14 @@ def exposure_stats(
         that cell; ``propensity`` and ``in_pool`` of the pair's memory), plus
         the window arm (:data:`cmp_bayes.statistics.dataset.WINDOW_COUNT_VARS`
         and :data:`~cmp_bayes.statistics.dataset.WINDOW_SUM_VARS`, units
-        there; all 0 outside window designs). Pandas engine only: the Dask
-        engine raises ``ConfigError``.
+        there; all 0 outside window designs). Both engines: the Dask engine
+        (:mod:`cmp_bayes.scale.pairs_map`) gives the pandas engine's Dataset bit
+        for bit, fractional outcomes included (an ordered fold of the sums over
+        the steps parts; each query's outcomes are gathered for the in-store sums).
     """
     if by not in (None, "query", "group", "pair"):
         raise ConfigError(f"exposure_stats: by must be None, 'query', 'group' or 'pair', not {by!r}")
     if engine == "dask":
-        if by == "pair":
-            raise ConfigError(
-                "exposure_stats: by='pair' (sparse pair statistics) is not implemented for engine='dask'; "
-                "use engine='pandas' (read_log(path) holds the log in memory)"
-            )
         if not isinstance(log, str | Path):
             raise ConfigError(
                 "exposure_stats: engine='dask' reads the log from disk; pass the path of a "

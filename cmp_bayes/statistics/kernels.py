@@ -211,7 +211,9 @@ def arm_sums(
     y2 = None if binary else y * y
 
     def per_bin(k: np.ndarray, m: int, w: np.ndarray | None) -> np.ndarray:
-        return np.bincount(k, weights=w, minlength=m)
+        out = np.bincount(k, weights=w, minlength=m)
+        # numpy gives int64 for empty weights: sums stay float64 when no row contributes
+        return out if w is None else out.astype(np.float64, copy=False)
 
     n3 = per_bin(k3, 3 * size, None).reshape(size, 3)
     s3 = per_bin(k3, 3 * size, y).reshape(size, 3)
@@ -254,3 +256,47 @@ def grouped_median_min(key: np.ndarray, value: np.ndarray, size: int) -> tuple[n
     med[has] = 0.5 * (v[s + (n - 1) // 2] + v[s + n // 2])
     low[has] = v[s]  # sorted by value within each key
     return med, low
+
+
+def counted_median_min(
+    key: np.ndarray, value: np.ndarray, count: np.ndarray, size: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`grouped_median_min` of values given as counts: ``value[i]`` ``count[i]`` times in ``key[i]``.
+
+    Parameters
+    ----------
+    key : numpy.ndarray of int, shape (n,)
+        Each entry's key in [0, size).
+    value : numpy.ndarray of int, shape (n,)
+        The value it counts (a rank).
+    count : numpy.ndarray of int, shape (n,)
+        How many times (counts of the same (key, value) may come in several entries).
+
+    Returns
+    -------
+    tuple of numpy.ndarray, shape (size,)
+        The number of values per key (int64), their median and minimum (float64;
+        NaN for empty keys): the numbers :func:`grouped_median_min` gives on the
+        values written out, bit for bit (the same two middle values, the same
+        ``0.5 * (lo + hi)``), so rank counts added across part files give the
+        medians of the whole log.
+    """
+    total_out = np.zeros(size, dtype=np.int64)
+    med, low = np.full(size, np.nan), np.full(size, np.nan)
+    if len(key) == 0:
+        return total_out, med, low
+    order = np.lexsort((value, key))
+    key, value, count = key[order], value[order], count[order]
+    total = np.bincount(key, weights=count, minlength=size).astype(np.int64)
+    cum = np.cumsum(count)  # position (exclusive end) of each (key, value) run in the expanded order
+    has = np.flatnonzero(total)
+    start = np.concatenate(([0], np.cumsum(total)[:-1]))[has]
+    n = total[has]
+    v = value.astype(np.float64)
+    lo = v[np.searchsorted(cum, start + (n - 1) // 2, side="right")]
+    hi = v[np.searchsorted(cum, start + n // 2, side="right")]
+    med[has] = 0.5 * (lo + hi)
+    # sorted by (key, value): a key's first run holds its smallest value
+    low[has] = v[np.searchsorted(cum, start, side="right")]
+    total_out[:] = total
+    return total_out, med, low

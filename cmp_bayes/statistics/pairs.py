@@ -20,16 +20,19 @@ per (round, pool memory) and its output is part of the answer.
 Exactness against the dense statistics: context-row sums are ``bincount``\\ s in
 row order (as there), in-store sums are the same per-query prefix sums (or
 whole sums without lifetimes), ranks go through the same grouped median.
+
+The Dask engine (:mod:`cmp_bayes.scale.pairs_map`) builds its pairs with the
+helpers here (:func:`pool_keys`, :func:`window_exposed`, :func:`window_terms`,
+:func:`pair_store_sums`), so both engines make the same keys and the same terms.
 """
 
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import xarray as xr
 
-from cmp_bayes.log.codes import encode
+from cmp_bayes.log.codes import Codes, encode
 from cmp_bayes.log.design import pool_lookup, union_pool, varying_propensity
 from cmp_bayes.log.pools import RoundPools
 from cmp_bayes.log.schema import ExposureLog
@@ -75,7 +78,8 @@ def pandas_pair_stats(log: ExposureLog) -> xr.Dataset:
     mem = encode(ctx["memory_id"])
     ctx_step = ctx["step"].to_numpy(np.int64)
     y, cell_row = row_outcomes(ctx_step, step_vals, outcome, cell_of_step)
-    arm = slot_arm(encode(ctx["source"]), encode(ctx["arm"]) if "arm" in ctx.columns else None)
+    ctx_arm = encode(ctx["arm"]) if "arm" in ctx.columns else None
+    arm = slot_arm(encode(ctx["source"]), ctx_arm)
     row_m = mem.lookup(positions(mem.dictionary, memory_arr), -1)
     known = row_m >= 0
     n_unknown = int((~known).sum())
@@ -86,10 +90,11 @@ def pandas_pair_stats(log: ExposureLog) -> xr.Dataset:
     w_m = positions(arrow_strings(win["memory_id"]), memory_arr) if len(win) else np.zeros(0, np.int64)
     w_pos = np.searchsorted(step_vals, win["step"].to_numpy(np.int64))
     w_key = w_m * nq + cell_of_step[w_pos] if len(win) else np.zeros(0, np.int64)
-    w_exposed = _window_exposed(ctx, ctx_step, step_vals, row_m, w_pos, w_m, len(memory))
+    w_exposed = window_exposed(ctx_arm, ctx_step, step_vals, row_m, w_pos, w_m, len(memory))
 
+    rp = RoundPools.of(log.design) if log.design is not None else None
     keys = np.unique(np.concatenate([
-        row_key, w_key, _pool_keys(log, memory_arr, step_vals, cell_of_step, nq, created, deleted),
+        row_key, w_key, pool_keys(rp, memory_arr, step_vals, cell_of_step, nq, created, deleted),
     ]))
     pair_m, pair_q = keys // nq, keys % nq
     n_pairs = len(keys)
@@ -99,7 +104,7 @@ def pandas_pair_stats(log: ExposureLog) -> xr.Dataset:
         rm = row_m[known]
         stored = (created[rm] <= ctx_step[known]) & (ctx_step[known] < deleted[rm])
     arms = arm_sums(np.searchsorted(keys, row_key), n_pairs, y[known], arm[known], stored, binary)
-    in_store, store_sum, store_sumsq = _pair_store_sums(
+    in_store, store_sum, store_sumsq = pair_store_sums(
         step_vals, outcome, cell_of_step, nq, pair_q,
         (created[pair_m], deleted[pair_m]) if has_lifetimes else None,
     )
@@ -137,48 +142,79 @@ def pandas_pair_stats(log: ExposureLog) -> xr.Dataset:
     )
 
 
-def _window_exposed(
-    ctx: pd.DataFrame, ctx_step: np.ndarray, step_vals: np.ndarray, row_m: np.ndarray,
+def window_exposed(
+    arm: Codes | None, ctx_step: np.ndarray, step_vals: np.ndarray, row_m: np.ndarray,
     w_pos: np.ndarray, w_m: np.ndarray, n_memory: int,
 ) -> np.ndarray:
     """Whether each window membership ``(w_pos, w_m)`` was exposed: its memory is in a window
-    slot at that step (a member of ``W_t`` is in no retriever or pool slot), shape (len(w_m),)."""
-    if len(w_m) == 0 or "arm" not in ctx.columns:
+    slot at that step (a member of ``W_t`` is in no retriever or pool slot), shape (len(w_m),).
+
+    ``arm``: the codes of the context rows' ``arm`` column (None without one); ``ctx_step``
+    and ``row_m`` (memory position, -1 unknown): shape (n,); ``w_pos``: positions into
+    ``step_vals`` (the sorted steps these rows and memberships belong to).
+    """
+    if len(w_m) == 0 or arm is None:
         return np.zeros(len(w_m), dtype=bool)
-    a = encode(ctx["arm"])
-    rows = np.flatnonzero((a.indices == a.code_of(WINDOW_ARM)) & (row_m >= 0))
+    rows = np.flatnonzero((arm.indices == arm.code_of(WINDOW_ARM)) & (row_m >= 0))
     width = np.int64(max(n_memory, 1))
     slot_key = np.searchsorted(step_vals, ctx_step[rows]) * width + row_m[rows]
     return np.isin(w_pos * width + w_m, slot_key)
+
+
+def window_terms(
+    pi: np.ndarray, y: np.ndarray, exposed: np.ndarray
+) -> tuple[dict[str, np.ndarray], dict[str, tuple[np.ndarray, np.ndarray]]]:
+    """The window arm's terms per membership, before they are summed per pair.
+
+    Parameters
+    ----------
+    pi, y, exposed : numpy.ndarray, shape (n,)
+        Each window membership's propensity ``pi_t``, its step's outcome and
+        whether the memory filled a window slot.
+
+    Returns
+    -------
+    tuple of dict
+        ``counts``: variable of :data:`~cmp_bayes.statistics.dataset.WINDOW_COUNT_VARS`
+        -> the memberships it counts, bool (n,); ``sums``: variable of
+        :data:`~cmp_bayes.statistics.dataset.WINDOW_SUM_VARS` -> (the memberships
+        it adds, bool (n,); their terms, float64 (mask.sum(),)), units in
+        statistics/dataset.py. Elementwise arithmetic only, so a membership's
+        terms do not depend on which others are computed with it (both engines
+        sum the same terms).
+    """
+    certain = pi >= 1.0
+    counts = {
+        "window_eligible": np.ones(len(pi), dtype=bool),
+        "window_exposed": exposed,
+        "window_control": ~exposed,
+        "window_certain": certain,
+    }
+    sums: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for name, mask, w in (
+        ("exposed", exposed & ~certain, 1.0 / pi),
+        ("control", ~exposed, 1.0 / (1.0 - np.where(certain, 0.0, pi))),
+    ):
+        wi, yi = w[mask], y[mask]
+        ww = wi * wi
+        for suffix, weights in (("w", wi), ("wy", wi * yi), ("ww", ww), ("www", ww * wi), ("wwy", ww * yi),
+                                ("wwyy", ww * yi * yi)):
+            sums[f"window_{name}_{suffix}"] = (mask, weights)
+    return counts, sums
 
 
 def _window_arm(
     idx: np.ndarray, n_pairs: int, pi: np.ndarray, y: np.ndarray, exposed: np.ndarray
 ) -> dict[str, np.ndarray]:
     """The window arm's counts and weighted sums per pair (units: statistics/dataset.py)."""
-    def count(mask: np.ndarray) -> np.ndarray:
-        return np.bincount(idx[mask], minlength=n_pairs).astype(np.int64)
-
-    certain = pi >= 1.0
-    out = {
-        "window_eligible": count(np.ones(len(idx), dtype=bool)),
-        "window_exposed": count(exposed),
-        "window_control": count(~exposed),
-        "window_certain": count(certain),
-    }
-    for name, mask, w in (
-        ("exposed", exposed & ~certain, 1.0 / pi),
-        ("control", ~exposed, 1.0 / (1.0 - np.where(certain, 0.0, pi))),
-    ):
-        i, wi, yi = idx[mask], w[mask], y[mask]
-        ww = wi * wi
-        for suffix, weights in (("w", wi), ("wy", wi * yi), ("ww", ww), ("www", ww * wi), ("wwy", ww * yi),
-                                ("wwyy", ww * yi * yi)):
-            out[f"window_{name}_{suffix}"] = np.bincount(i, weights=weights, minlength=n_pairs).astype(np.float64)
+    counts, sums = window_terms(pi, y, exposed)
+    out = {name: np.bincount(idx[mask], minlength=n_pairs).astype(np.int64) for name, mask in counts.items()}
+    for name, (mask, weights) in sums.items():
+        out[name] = np.bincount(idx[mask], weights=weights, minlength=n_pairs).astype(np.float64)
     return out
 
 
-def _pair_store_sums(
+def pair_store_sums(
     step_vals: np.ndarray,
     outcome: np.ndarray,
     cell_of_step: np.ndarray,
@@ -232,13 +268,19 @@ def _pair_ranks(
     return np.bincount(idx, minlength=n).astype(np.int64), median, best
 
 
-def _pool_keys(
-    log: ExposureLog, memory: pa.Array, step_vals: np.ndarray, cell_of_step: np.ndarray, nq: int,
+def pool_keys(
+    rp: RoundPools | None, memory: pa.Array, step_vals: np.ndarray, cell_of_step: np.ndarray, nq: int,
     created: np.ndarray, deleted: np.ndarray,
 ) -> np.ndarray:
     """Pair keys eligible under the pool arm: a query with a step inside some span
-    [round start, round stop) ∩ [created, deleted) of a memory in that round's pool."""
-    rp = RoundPools.of(log.design) if log.design is not None else None
+    [round start, round stop) ∩ [created, deleted) of a memory in that round's pool.
+
+    ``rp``: every round's pool (None: no design); ``memory``: the sorted memory index
+    (M,) and ``created`` / ``deleted`` its lifetimes (M,); ``step_vals`` and
+    ``cell_of_step``: the steps looked at (sorted, any subset of the log's: the keys of
+    disjoint subsets add up to the log's) and their query positions, shape (S,). Returns
+    ``memory position * nq + query position`` per eligibility, int64, with repeats.
+    """
     if rp is None or len(rp.keys) == 0 or len(step_vals) == 0:
         return np.zeros(0, np.int64)
     n = max(len(rp.ids), 1)
