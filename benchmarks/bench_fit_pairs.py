@@ -39,13 +39,16 @@ CHILD = textwrap.dedent(
     from cmp_bayes.model.fit import fit
     from cmp_bayes.posterior.io import save_posterior
     path, pair_model, draws, tune, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+    attempts = int(sys.argv[6])
     log = read_log(path)
     t_read = time.perf_counter() - t0
     t1 = time.perf_counter()
     tree = fit(log, by="query", model=ModelConfig(pair_model=pair_model, rank_summary="best"),
-               draws=draws, tune=tune, chains=2, seed=0, progressbar=False)
+               draws=draws, tune=tune, chains=2, seed=0, progressbar=False, max_attempts=attempts)
     t_fit = time.perf_counter() - t1
     save_posterior(tree, out)
+    from cmp_bayes.posterior.health import sampler_health
+    health = sampler_health(tree, advisory=False)
     post = tree["posterior"]
     pairs = int(post.sizes.get("pair", 0)) or int(post.sizes.get("memory", 0) * post.sizes.get("query", 0))
     print(json.dumps({
@@ -54,6 +57,7 @@ CHILD = textwrap.dedent(
         "memories": int(post.sizes["memory"]), "pairs": pairs,
         "steps": int(log.n_steps), "divergences": int(tree["sample_stats"]["diverging"].values.sum()),
         "attempts": int(tree.attrs.get("fit_attempt_kept", 1)),
+        "health_ok": bool(health.ok), "max_rhat": health.max_rhat,
     }))
     """
 )
@@ -72,6 +76,7 @@ def main() -> None:
     ap.add_argument("--pair-models", nargs="+", default=["gated", "normal"], choices=["gated", "normal"])
     ap.add_argument("--draws", type=int, default=1000)
     ap.add_argument("--tune", type=int, default=1000)
+    ap.add_argument("--max-attempts", type=int, default=3, help="fit's retry schedule (default 3, fit's own)")
     ap.add_argument("--out", type=Path, default=Path("reports/benchmarks/fit_pairs.md"))
     ap.add_argument("--posterior-dir", type=Path, default=Path("/tmp"))
     args = ap.parse_args()
@@ -82,7 +87,8 @@ def main() -> None:
     for pm in args.pair_models:
         before = _load()
         out = args.posterior_dir / f"fit_pairs_{pm}.nc"
-        res = subprocess.run([sys.executable, "-c", CHILD, str(args.log), pm, str(args.draws), str(args.tune), str(out)],
+        res = subprocess.run([sys.executable, "-c", CHILD, str(args.log), pm, str(args.draws), str(args.tune), str(out),
+                              str(args.max_attempts)],
                              capture_output=True, text=True, env=env, check=False)
         if res.returncode != 0:
             print(res.stderr[-3000:], file=sys.stderr)
@@ -101,13 +107,15 @@ def main() -> None:
         "",
         "Target (issue 16): all ten LoCoMo conversations, under 5 minutes on 2 cores, under 4 GiB.",
         "",
-        "| pair model | steps | memories | pairs | read s | fit s | peak RSS GiB | divergences | attempt kept | load before / after |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+        "| pair model | draws + tune | steps | memories | pairs | read s | fit s | peak RSS GiB | divergences | max R-hat | checks | attempt kept | load before / after |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- |",
     ]
     for r in rows:
         lines.append(
-            f"| {r['pair_model']} | {r['steps']} | {r['memories']} | {r['pairs']} | {r['read_s']:.1f} "
-            f"| {r['fit_s']:.1f} | {r['peak_rss_gib']:.2f} | {r['divergences']} | {r['attempts']} "
+            f"| {r['pair_model']} | {args.draws} + {args.tune} | {r['steps']} | {r['memories']} | {r['pairs']} | {r['read_s']:.1f} "
+            f"| {r['fit_s']:.1f} | {r['peak_rss_gib']:.2f} | {r['divergences']} "
+            f"| {r['max_rhat'] if r['max_rhat'] is None else format(r['max_rhat'], '.3f')} "
+            f"| {'pass' if r['health_ok'] else 'fail'} | {r['attempts']} "
             f"| {r['load_before']} / {r['load_after']} |"
         )
     write_text_atomic(args.out, "\n".join(lines) + "\n")
