@@ -329,8 +329,7 @@ def run_experiment(
             if config.pair_model == "gated":
                 for var, label in (("tau_relevant", "posterior mean tau_relevant"),
                                    ("p_relevant_any", "posterior p_relevant_any")):
-                    v = dq["posterior"][var].mean(("chain", "draw"))
-                    table = pd.DataFrame({"memory_id": v["memory"].to_numpy().astype(str), "estimate": v.to_numpy()})
+                    table = _posterior_mean_table(dq, var)
                     ev = evaluate(log, table, level="memory", n_boot=config.n_boot, seed=config.seed)
                     rows.append(_auc_row(label, "memory", ev))
                     scores[label] = table
@@ -338,8 +337,7 @@ def run_experiment(
             if config.holdout > 0:
                 fits["query"] = dq  # scored on the held-out questions below
             del dq
-        post = dt["posterior"]["tau"].mean(("chain", "draw"))
-        scores["posterior"] = pd.DataFrame({"memory_id": post["memory"].to_numpy().astype(str), "estimate": post.to_numpy()})
+        scores["posterior"] = _posterior_mean_table(dt, "tau")
     auc = pd.DataFrame(rows)
     per_memory = pd.DataFrame(
         {
@@ -487,6 +485,14 @@ def paired_auc_difference(
     tail = (1.0 - CI_PROB) / 2.0
     low, high = np.quantile(boots, [tail, 1.0 - tail])
     return out | {"diff": float(point), "ci_low": float(low), "ci_high": float(high), "p_le_0": float((boots <= 0).mean())}
+
+
+def _posterior_mean_table(dt: Any, name: str) -> pd.DataFrame:
+    """A memory-level variable's posterior mean as an estimates table (``memory_id``, ``estimate``)."""
+    from cmp_bayes.replicate.holdout import _posterior_mean
+
+    mean = _posterior_mean(dt, name)
+    return pd.DataFrame({"memory_id": mean.index.to_numpy(), "estimate": mean.to_numpy()})
 
 
 def _auc_row(method: str, level: str, ev: dict[str, Any]) -> dict[str, Any]:
