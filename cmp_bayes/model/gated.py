@@ -21,8 +21,9 @@ second term is ``exp(L_mq,0)``), where
 ``L_mq`` (the pair's exposed arm against its controls, :func:`pair_arms`) is
 computed once as data; a memory's marginal likelihood is
 ``sum_g prior_g(theta) prod_q [...]``. Only the pairs with exposures enter the
-graph (a pair without any has a flat L and contributes exactly 0), as a
-(pairs x G) array: never memory x query. rho is the memory-level hierarchy of
+graph (a pair without any has a flat L and contributes exactly 0), through one
+fused Op over the distinct (pairs x G) likelihood rows
+(:mod:`cmp_bayes.model.gated_kernel`): never memory x query. rho is the memory-level hierarchy of
 build.py without covariates.
 """
 
@@ -36,17 +37,15 @@ import pandas as pd
 import pymc as pm
 import pytensor.tensor as pt
 import xarray as xr
-from pytensor.gradient import disconnected_grad
 from pytensor.tensor.variable import TensorVariable
 
 from cmp_bayes.model.build import ModelData, build_model, hyper_shapes, model_data, prior_terms
 from cmp_bayes.model.config import ModelConfig
+from cmp_bayes.model.gated_kernel import distinct_rows, gated_marginal
 from cmp_bayes.model.grid import log_likelihood
 
 #: Hyperparameters the gated model adds to the memory-level ones.
 GATE_VARS: tuple[str, ...] = ("gate_intercept", "gate_coef")
-#: Floor of a pair's gated likelihood (a row whose every term underflows).
-_FLOOR: float = 1e-300
 
 
 @dataclass
@@ -219,18 +218,12 @@ def build_gated_model(gd: GatedData, config: ModelConfig) -> pm.Model:
             coef = pm.Normal("gate_coef", 0.0, config.coef_sd, dims="gate_covariate")
             logit = logit + pt.dot(pt.as_tensor_variable(gd.x[inf]), coef)
         if inf.size:
-            lik = np.exp(gd.loglik[inf])  # (Ni, G), row max 1
             prior, null_pmf = delta_prior(h, gd.base)
-            p = pt.sigmoid(logit)
-            null_lik = pt.dot(pt.as_tensor_variable(lik), null_pmf)  # (Ni,): the pair under z = 0
-            term = pt.log(pt.maximum(p[:, None] * lik + ((1 - p) * null_lik)[:, None], _FLOOR))  # (Ni, G)
-            mems, local = np.unique(gd.pair_memory[inf], return_inverse=True)
-            per_memory = pt.inc_subtensor(pt.zeros((mems.size, lik.shape[1]))[local.reshape(-1)], term)
-            # log sum_g prior_g exp(S_mg), shifted by each row's maximum; the shift is exact for any
-            # value, so it carries no gradient
-            shift = disconnected_grad(pt.max(per_memory, axis=1, keepdims=True))
-            lmix = pt.log(pt.maximum(pt.dot(pt.exp(per_memory - shift), prior), _FLOOR)) + shift[:, 0]
-            pm.Potential("tau_gated", pt.sum(lmix))
+            lik, unit = distinct_rows(np.exp(gd.loglik[inf]))  # (U, G), row max 1; pairs with equal arms share a row
+            pm_inf = gd.pair_memory[inf]
+            starts = np.flatnonzero(np.r_[True, pm_inf[1:] != pm_inf[:-1], True])
+            # sum over memories of log sum_g prior_g prod_q [p exp(L_g) + (1 - p) sum_h null_h exp(L_h)]
+            pm.Potential("tau_gated", gated_marginal(lik, unit, starts, pt.sigmoid(logit), null_pmf, prior))
     return model
 
 
