@@ -87,7 +87,9 @@ def load_result(result: str | Path | pd.DataFrame | xr.DataTree) -> pd.DataFrame
     memory x query when ``tau`` has a ``query`` dim) by the posterior mean of
     ``tau``; its ``identification`` group, when present, gives ``status``. A
     gated pair posterior (``tau`` over ``pair``) scores each (memory, query)
-    pair, with the status of its ``pair_identification`` group.
+    pair by its exact posterior mean (``pair_identification.tau_mean``, over every
+    sampled draw; the stored draws' mean where a file lacks it), with the status of
+    its ``pair_identification`` group.
     """
     if isinstance(result, pd.DataFrame):
         if "score" in result.columns and "estimate" not in result.columns:
@@ -142,8 +144,11 @@ def _from_tree(tree: xr.DataTree, name: str) -> pd.DataFrame:
         })
         from cmp_bayes.posterior.contract import PAIR_IDENTIFICATION
 
-        if PAIR_IDENTIFICATION in tree.children and "status" in tree[PAIR_IDENTIFICATION].data_vars:
-            frame["status"] = tree[PAIR_IDENTIFICATION]["status"].to_numpy().astype(str)
+        pid = tree[PAIR_IDENTIFICATION] if PAIR_IDENTIFICATION in tree.children else None
+        if pid is not None and "tau_mean" in pid.data_vars:
+            frame["score"] = pid["tau_mean"].to_numpy().astype(np.float64)
+        if pid is not None and "status" in pid.data_vars:
+            frame["status"] = pid["status"].to_numpy().astype(str)
         frame.attrs["method"] = "posterior-mean"
         return frame
     if "query" in tau.dims:

@@ -157,6 +157,8 @@ def test_recovery_matches_enumeration_of_the_gates(gd) -> None:
         pairs = np.flatnonzero(gd.pair_memory == i)
         joint = np.zeros(pts.size)
         p_rel = np.zeros(pairs.size)
+        e_tau = np.zeros(pairs.size)
+        null_mean = (lik[pairs] * null_pmf) @ pts / null_lik[pairs]  # each pair's null posterior mean
         any_pos = 0.0
         # every configuration of the memory's gates, each grid value of delta
         for z in itertools.product((0, 1), repeat=pairs.size):
@@ -165,16 +167,32 @@ def test_recovery_matches_enumeration_of_the_gates(gd) -> None:
             weight = prior * terms.prod(axis=0)  # (G,)
             joint += weight
             p_rel += z * weight.sum()
+            e_tau += np.where(z == 1, weight @ pts, null_mean * weight.sum())
             if z.any():
                 any_pos += weight[pts > 0].sum()
         total = joint.sum()
         np.testing.assert_allclose(rec.p_relevant[0, pairs], p_rel / total, rtol=1e-5)
         np.testing.assert_allclose(rec.p_relevant_any[0, i], any_pos / total, rtol=1e-5)
+        np.testing.assert_allclose(rec.pair_p_relevant_mean[pairs], p_rel / total, rtol=1e-9)
+        np.testing.assert_allclose(rec.pair_tau_mean[pairs], e_tau / total, rtol=1e-9, atol=1e-12)
         post = joint / total
         np.testing.assert_allclose(rec.post_mean[i], post @ pts, rtol=1e-9, atol=1e-12)
         # the draws of delta follow that posterior (Monte Carlo, 400 draws)
         sd = np.sqrt(post @ pts**2 - (post @ pts) ** 2)
         assert abs(rec.tau_relevant[:, i].mean() - post @ pts) < 5 * sd / np.sqrt(s) + 1e-6
+
+
+def test_recovery_stores_the_chosen_draws_and_averages_all(gd) -> None:
+    draws = [_theta(gd, gate_intercept=g) for g in (-2.0, -1.0, 0.0, 0.5)]
+    hyper = {k: np.stack([d[k] for d in draws]) for k in draws[0]}
+    full = recover_gated(gd, hyper, np.random.default_rng(2), jitter=False)
+    some = recover_gated(gd, hyper, np.random.default_rng(2), jitter=False, store=np.array([1, 3]))
+    assert some.tau.shape == (2, gd.pair_memory.size) and some.tau_relevant.shape == (2, gd.base.memory.size)
+    # the moments are every draw's, not only the stored ones'
+    np.testing.assert_array_equal(some.pair_tau_mean, full.pair_tau_mean)
+    np.testing.assert_array_equal(some.pair_p_relevant_mean, full.pair_p_relevant_mean)
+    np.testing.assert_array_equal(some.post_mean, full.post_mean)
+    assert not np.allclose(some.pair_p_relevant_mean, full.p_relevant[[1, 3]].mean(axis=0))
 
 
 @pytest.fixture(scope="module")
@@ -266,7 +284,13 @@ def test_evaluate_scores_the_pairs_of_a_gated_posterior(tree, log) -> None:
     post = tree["posterior"]
     assert list(scores.columns[:3]) == ["memory_id", "query_id", "score"]
     assert len(scores) == post.sizes["pair"]
-    np.testing.assert_array_equal(scores["score"].to_numpy(), post["tau"].mean(("chain", "draw")).values)
+    exact = tree["pair_identification"]["tau_mean"].values
+    np.testing.assert_array_equal(scores["score"].to_numpy(), exact)
+    # the stored draws average to it within their Monte Carlo error (plus 1e-3: the draws are
+    # jittered within their grid cell, the exact mean uses the cell's point)
+    draws = post["tau"].values.reshape(-1, post.sizes["pair"])
+    se = draws.std(axis=0) / np.sqrt(draws.shape[0])
+    assert np.all(np.abs(draws.mean(axis=0) - exact) < 5 * se + 1e-3)
     assert set(scores["status"]) <= {"identified", "retrieved-only", "unidentified"}
     ev = evaluate(labelled, tree, level="pair", n_boot=20)
     # every (memory, query) of this store is a pair of the posterior (each was exposed)

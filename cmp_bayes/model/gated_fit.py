@@ -25,6 +25,11 @@ from cmp_bayes.model.gated_recover import GatedRecovered
 if TYPE_CHECKING:
     from cmp_bayes.model.gated import GatedData
 
+#: Most (draw x pair) values one stored pair variable may hold (float32: 200 MB). A shared store
+#: has about a million pairs (LoCoMo's ten conversations: 1,193,302), so above about 50,000 pairs
+#: the stored draws are thinned further; the exact per-pair means in ``pair_identification``
+#: (``tau_mean``, ``p_relevant_mean``) and the memory-level moments still use every draw.
+PAIR_DRAW_CELLS: int = 50_000_000
 #: Per-pair variables of the gated posterior.
 PAIR_VARS: tuple[str, ...] = ("tau", "rho", "utility", "p_relevant")
 #: Per-memory variables of the gated posterior.
@@ -68,7 +73,7 @@ def fit_gated(
 
     from cmp_bayes.model.gated import build_gated_model, gated_data, gated_hyper_shapes
     from cmp_bayes.model.gated_recover import recover_gated
-    from cmp_bayes.model.sampling import attempts_json, sample_until_healthy
+    from cmp_bayes.model.sampling import attempts_json, sample_until_healthy, thin_step
     from cmp_bayes.posterior.identification import identification_group
     from cmp_bayes.posterior.provenance import with_memory_text
 
@@ -77,12 +82,19 @@ def fit_gated(
     names = list(gated_hyper_shapes(gd))
     post, sample_stats, step, attempts = sample_until_healthy(model, scfg, names)
     n_chain, n_draw = post.sizes["chain"], post.sizes["draw"]
+    n_pairs = max(gd.pair_memory.size, 1)
     rng = np.random.default_rng(scfg.seed)
     flat = {n: post[n].values.reshape(n_chain * n_draw, *post[n].shape[2:]) for n in names}
-    rec = recover_gated(gd, flat, rng, use_data=True, jitter=config.jitter)
+    # the stored draws: at most PAIR_DRAW_CELLS values per pair variable (the moments use all)
+    extra = thin_step(n_chain, n_draw, max(n_chain, PAIR_DRAW_CELLS // n_pairs))
+    kept = np.arange(0, n_draw, extra)
+    store = (np.arange(n_chain)[:, None] * n_draw + kept[None, :]).reshape(-1)
+    rec = recover_gated(gd, flat, rng, use_data=True, jitter=config.jitter, store=store)
+    post = post.isel(draw=kept)
+    prior_draws = max(1, min(config.prior_draws, PAIR_DRAW_CELLS // n_pairs))
     with model, warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="The effect of Potentials")
-        prior_tree = pm.sample_prior_predictive(draws=config.prior_draws, var_names=names, random_seed=scfg.seed + 1)
+        prior_tree = pm.sample_prior_predictive(draws=prior_draws, var_names=names, random_seed=scfg.seed + 1)
     prior = prior_tree["prior"].to_dataset()[names]
     pflat = {n: prior[n].values.reshape(-1, *prior[n].shape[2:]) for n in names}
     prec = recover_gated(gd, pflat, rng, use_data=False, jitter=config.jitter)
@@ -96,7 +108,7 @@ def fit_gated(
             stats, post_mean=rec.post_mean, post_sd=rec.post_sd, prior_mean=rec.prior_mean,
             prior_sd=rec.prior_sd, p_positive=rec.p_positive, p_helps=rec.p_helps,
         ),
-        "pair_identification": pair_identification(gd),
+        "pair_identification": pair_identification(gd, rec),
     }
     if meta.get("memory_text") is not None:
         groups["posterior"] = with_memory_text(groups["posterior"], meta["memory_text"])
@@ -104,7 +116,7 @@ def fit_gated(
     # the caller (cmp_bayes.model.fit.fit) adds the other root attributes of the contract
     tree.attrs["outcome_kind"] = gd.base.outcome_kind
     tree.attrs["pair_model"] = "gated"
-    tree.attrs["thin_step"] = int(step)
+    tree.attrs["thin_step"] = int(step * extra)
     tree.attrs["fit_attempts"] = attempts_json(attempts)
     tree.attrs["fit_attempt_kept"] = int(next(a["attempt"] for a in attempts if a["kept"]))
     return tree
@@ -167,9 +179,14 @@ def _observed(gd: GatedData) -> xr.Dataset:
     return ds
 
 
-def pair_identification(gd: GatedData) -> xr.Dataset:
+def pair_identification(gd: GatedData, rec: GatedRecovered | None = None) -> xr.Dataset:
     """Identification status per pair, from the design: a randomized exposure (pool, or window
-    with pi_t < 1) of the pair makes it identified; else retrieved only, else unidentified."""
+    with pi_t < 1) of the pair makes it identified; else retrieved only, else unidentified.
+
+    With ``rec``, also each pair's exact posterior means over every sampled draw:
+    ``tau_mean`` (E[tau | data]) and ``p_relevant_mean`` (P(z = 1 | data)), which
+    rank pairs without the Monte Carlo noise of the stored draws.
+    """
     from cmp_bayes.constants import IDENTIFIED, RETRIEVED_ONLY, UNIDENTIFIED
 
     p = gd.pairs
@@ -188,4 +205,9 @@ def pair_identification(gd: GatedData) -> xr.Dataset:
         coords=_pair_coords(gd),
     )
     ds["status"].attrs["description"] = "design status of the pair (randomized exposure under either arm)"
+    if rec is not None:
+        ds["tau_mean"] = ("pair", rec.pair_tau_mean)
+        ds["tau_mean"].attrs["description"] = "E[tau | data], exact on the grid per draw, averaged over every sampled draw"
+        ds["p_relevant_mean"] = ("pair", rec.pair_p_relevant_mean)
+        ds["p_relevant_mean"].attrs["description"] = "P(z = 1 | data), averaged over every sampled draw"
     return ds

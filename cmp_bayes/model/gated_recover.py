@@ -44,6 +44,9 @@ class GatedRecovered:
         memory without pairs).
     post_mean, post_sd, prior_mean, prior_sd, p_positive, p_helps : ndarray, shape (M,)
         Moments of delta (exact on the grid, averaged over draws).
+    pair_tau_mean, pair_p_relevant_mean : ndarray, shape (N,)
+        Per pair: E[tau | theta, data] and P(z = 1 | theta, data), exact on the grid,
+        averaged over every draw (also those whose per-draw values are not stored).
     """
 
     tau: np.ndarray
@@ -59,6 +62,8 @@ class GatedRecovered:
     prior_sd: np.ndarray
     p_positive: np.ndarray
     p_helps: np.ndarray
+    pair_tau_mean: np.ndarray
+    pair_p_relevant_mean: np.ndarray
 
 
 def _segment_sum(values: np.ndarray, seg: np.ndarray, n: int) -> np.ndarray:
@@ -72,17 +77,24 @@ def _segment_sum(values: np.ndarray, seg: np.ndarray, n: int) -> np.ndarray:
 
 def recover_gated(
     gd: GatedData, hyper: dict[str, np.ndarray], rng: np.random.Generator, *,
-    use_data: bool = True, jitter: bool = True,
+    use_data: bool = True, jitter: bool = True, store: np.ndarray | None = None,
 ) -> GatedRecovered:
     """Draw delta, z, tau and rho for each of the S hyperparameter draws (see the module docstring).
 
     ``use_data=False`` draws from the prior (the likelihood rows are flat).
+    ``store`` (sorted indices into the S draws, default all) selects the draws whose
+    per-draw arrays are returned; the moments average over all S. A shared store has
+    about a million pairs: a thousand draws of four float32 pair variables would be
+    16 GB, while the exact per-pair means need every draw but store one number each.
     """
     base = gd.base
     grid = base.grid
     pts, edges, widths = grid.points, grid.edges, grid.widths
     m, n = base.memory.size, gd.pair_memory.size
     s = next(iter(hyper.values())).shape[0]
+    store = np.arange(s) if store is None else np.asarray(store, dtype=np.int64)
+    slot = np.full(s, -1, dtype=np.int64)
+    slot[store] = np.arange(store.size)
     fn = compile_prior_terms(base, np.zeros(1, dtype=np.int64))
     inf = gd.informative if use_data else np.zeros(0, dtype=np.int64)
     lik = np.exp(gd.loglik[inf])  # (Ni, G)
@@ -92,9 +104,10 @@ def recover_gated(
     n_pairs = np.maximum(np.bincount(gd.pair_memory, minlength=m), 1)
     positive = pts > 0
     basis = np.column_stack([np.ones_like(pts), pts, pts**2, positive.astype(np.float64)])
-    out = {k: np.empty((s, n), dtype=np.float32) for k in ("tau", "rho", "p_relevant")}
-    mem = {k: np.empty((s, m), dtype=np.float32) for k in ("tau_relevant", "p_relevant_any", "rho", "tau")}
+    out = {k: np.empty((store.size, n), dtype=np.float32) for k in ("tau", "rho", "p_relevant")}
+    mem = {k: np.empty((store.size, m), dtype=np.float32) for k in ("tau_relevant", "p_relevant_any", "rho", "tau")}
     acc = {k: np.zeros(m) for k in ("pm", "pm2", "pv", "qm", "qm2", "qv", "ppos", "phelp")}
+    pair_acc = {k: np.zeros(n) for k in ("tau", "p_relevant")}
     y_m, n_m = base.retrieved, base.in_store
     y_q = np.asarray(gd.pairs["retrieved"].values, dtype=np.float64)
     n_q = np.asarray(gd.pairs["in_store"].values, dtype=np.float64)
@@ -130,12 +143,25 @@ def recover_gated(
         acc["qv"] += max(qt[2] - qt[1] ** 2, 0.0)
         # P(z = 1 | theta, data) per pair; uninformative pairs keep their gate prior
         p_rel = p.copy()
+        post_inf = post[inf_mem]  # (Ni, G): each informative pair's memory's posterior of delta
         if inf.size:
-            p_rel[inf] = np.einsum("ig,ig->i", post[inf_mem], resp_z)
+            p_rel[inf] = np.einsum("ig,ig->i", post_inf, resp_z)
+        # E[tau | theta, data]: z delta + (1 - z) x the pair's null effect; a pair without data
+        # has z independent of delta (its likelihood is flat), one with data its r_mqg
+        null_mean = float(null_pmf @ pts)
+        e_tau = p * mt[gd.pair_memory, 1] + (1 - p) * null_mean
+        if inf.size:
+            null_post_mean = ((lik * null_pmf[None, :]) @ pts) / np.maximum(null_lik, 1e-300)
+            e_tau[inf] = np.einsum("ig,ig->i", post_inf, resp_z * pts[None, :]) + (1 - p_rel[inf]) * null_post_mean
+        pair_acc["tau"] += e_tau
+        pair_acc["p_relevant"] += p_rel
+        j = slot[i]
+        if j < 0:
+            continue  # only the moments keep this draw
         # P(delta > 0 and some z = 1): prod_q (1 - r_mqg) over the memory's pairs
         log_none = _segment_sum(np.log1p(-np.minimum(resp_z, 1 - 1e-15)), inf_mem, m)
         log_none += _segment_sum(np.log1p(-p[unf]), gd.pair_memory[unf], m)[:, None]
-        mem["p_relevant_any"][i] = (post[:, positive] * -np.expm1(log_none[:, positive])).sum(axis=1)
+        mem["p_relevant_any"][j] = (post[:, positive] * -np.expm1(log_none[:, positive])).sum(axis=1)
         # draws: delta per memory, then z per pair given delta's cell
         cell = sample_rows(post, np.arange(m), rng.random(m))
         delta = edges[cell] + rng.random(m) * widths[cell] if jitter else pts[cell]
@@ -149,9 +175,9 @@ def recover_gated(
         ncell = sample_rows(np.vstack([null_pmf[None, :], lik * null_pmf[None, :]]), rows, rng.random(n))
         null_tau = edges[ncell] + rng.random(n) * widths[ncell] if jitter else pts[ncell]
         tau = np.where(z, delta[gd.pair_memory], null_tau)
-        out["tau"][i] = tau
-        out["p_relevant"][i] = p_rel
-        mem["tau_relevant"][i] = delta
+        out["tau"][j] = tau
+        out["p_relevant"][j] = p_rel
+        mem["tau_relevant"][j] = delta
         # a memory without pairs: one pair of the never-ranked kind, from the gate's prior
         coef = hyper.get("gate_coef")
         eta0 = float(hyper["gate_intercept"][i]) + (
@@ -159,14 +185,14 @@ def recover_gated(
         )
         z0 = rng.random(m) < 1.0 / (1.0 + np.exp(-eta0))
         mean_tau = _segment_sum(tau, gd.pair_memory, m) / n_pairs
-        mem["tau"][i] = np.where(has_pair, mean_tau, np.where(z0, delta, 0.0))
+        mem["tau"][j] = np.where(has_pair, mean_tau, np.where(z0, delta, 0.0))
         ra_m, rb_m = ra[0], rb[0]
         if use_data:
-            mem["rho"][i] = rng.beta(ra_m + y_m, rb_m + np.maximum(n_m - y_m, 0.0))
-            out["rho"][i] = rng.beta(ra_m + y_q, rb_m + np.maximum(n_q - y_q, 0.0))
+            mem["rho"][j] = rng.beta(ra_m + y_m, rb_m + np.maximum(n_m - y_m, 0.0))
+            out["rho"][j] = rng.beta(ra_m + y_q, rb_m + np.maximum(n_q - y_q, 0.0))
         else:
-            mem["rho"][i] = rng.beta(ra_m, rb_m, size=m)
-            out["rho"][i] = rng.beta(ra_m, rb_m, size=n)
+            mem["rho"][j] = rng.beta(ra_m, rb_m, size=m)
+            out["rho"][j] = rng.beta(ra_m, rb_m, size=n)
     post_mean = acc["pm"] / s
     prior_mean = acc["qm"] / s
     return GatedRecovered(
@@ -178,4 +204,5 @@ def recover_gated(
         prior_mean=prior_mean,
         prior_sd=np.sqrt(np.maximum(acc["qv"] / s + acc["qm2"] / s - prior_mean**2, 0.0)),
         p_positive=acc["ppos"] / s, p_helps=acc["phelp"] / s,
+        pair_tau_mean=pair_acc["tau"] / s, pair_p_relevant_mean=pair_acc["p_relevant"] / s,
     )
