@@ -100,7 +100,8 @@ def main() -> None:
     lines = [
         "# fit(log, by=\"query\") on a shared-store log: time and peak memory",
         "",
-        f"`benchmarks/bench_fit_pairs.py {args.log.name} --draws {args.draws} --tune {args.tune}`: "
+        f"`benchmarks/bench_fit_pairs.py {args.log.name} --draws {args.draws} --tune {args.tune} "
+        f"--max-attempts {args.max_attempts}`: "
         "each fit in a fresh process (reading the log, fitting, recovery; saving the posterior "
         "not counted in fit s), 2 chains, nutpie, `rank_summary=\"best\"`. "
         f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {sys.version.split()[0]}.",
