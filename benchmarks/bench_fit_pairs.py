@@ -40,10 +40,11 @@ CHILD = textwrap.dedent(
     from cmp_bayes.posterior.io import save_posterior
     path, pair_model, draws, tune, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
     attempts = int(sys.argv[6])
+    monotone = sys.argv[7] == "1"
     log = read_log(path)
     t_read = time.perf_counter() - t0
     t1 = time.perf_counter()
-    tree = fit(log, by="query", model=ModelConfig(pair_model=pair_model, rank_summary="best"),
+    tree = fit(log, by="query", model=ModelConfig(pair_model=pair_model, rank_summary="best", gate_rank_monotone=monotone),
                draws=draws, tune=tune, chains=2, seed=0, progressbar=False, max_attempts=attempts)
     t_fit = time.perf_counter() - t1
     save_posterior(tree, out)
@@ -77,6 +78,7 @@ def main() -> None:
     ap.add_argument("--draws", type=int, default=1000)
     ap.add_argument("--tune", type=int, default=1000)
     ap.add_argument("--max-attempts", type=int, default=3, help="fit's retry schedule (default 3, fit's own)")
+    ap.add_argument("--gate-rank-monotone", action="store_true", help="ModelConfig(gate_rank_monotone=True)")
     ap.add_argument("--out", type=Path, default=Path("reports/benchmarks/fit_pairs.md"))
     ap.add_argument("--posterior-dir", type=Path, default=Path("/tmp"))
     args = ap.parse_args()
@@ -88,7 +90,7 @@ def main() -> None:
         before = _load()
         out = args.posterior_dir / f"fit_pairs_{pm}.nc"
         res = subprocess.run([sys.executable, "-c", CHILD, str(args.log), pm, str(args.draws), str(args.tune), str(out),
-                              str(args.max_attempts)],
+                              str(args.max_attempts), "1" if args.gate_rank_monotone else "0"],
                              capture_output=True, text=True, env=env, check=False)
         if res.returncode != 0:
             print(res.stderr[-3000:], file=sys.stderr)
@@ -101,7 +103,7 @@ def main() -> None:
         "# fit(log, by=\"query\") on a shared-store log: time and peak memory",
         "",
         f"`benchmarks/bench_fit_pairs.py {args.log.name} --draws {args.draws} --tune {args.tune} "
-        f"--max-attempts {args.max_attempts}`: "
+        f"--max-attempts {args.max_attempts}{' --gate-rank-monotone' if args.gate_rank_monotone else ''}`: "
         "each fit in a fresh process (reading the log, fitting, recovery; saving the posterior "
         "not counted in fit s), 2 chains, nutpie, `rank_summary=\"best\"`. "
         f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {sys.version.split()[0]}.",

@@ -298,3 +298,19 @@ def test_evaluate_scores_the_pairs_of_a_gated_posterior(tree, log) -> None:
     assert ev["n"] == len(scores) and ev["n_required"] == 1
     assert ev["auc"] == pytest.approx(auc(scores["score"].to_numpy(), y))
     assert ev["auc"] > 0.9  # the strong pair's posterior mean is above the others' (test above)
+
+
+def test_monotone_gate_keeps_the_rank_slope_negative(log) -> None:
+    from cmp_bayes.model.fit import fit
+
+    tree = fit(log, by="query", model=ModelConfig(pair_model="gated", gate_rank_monotone=True, prior_draws=20),
+               draws=100, tune=150, chains=2, seed=5, progressbar=False, max_attempts=1)
+    for group in ("posterior", "prior"):
+        ds = tree[group]
+        coef = ds["gate_coef"].sel(gate_covariate="log_rank").values
+        assert (coef <= 0).all()
+        np.testing.assert_allclose(coef, -ds["gate_rank_slope"].values, rtol=1e-6)
+    # the pair means follow the constrained gate: on this log m0 is ranked first for q0 only
+    pid = tree["pair_identification"]
+    assert pid["tau_mean"].sizes["pair"] == tree["posterior"].sizes["pair"]
+    assert json.loads(tree.attrs["model_config"])["gate_rank_monotone"] is True

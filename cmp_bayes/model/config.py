@@ -163,6 +163,14 @@ class ModelConfig:
         Gated pair model only: Normal prior (mean, sd) of the gate's intercept, the
         log-odds that a pair with average rank covariates is relevant. Default
         (-2, 1.5): about one pair in eight among the pairs a design touched, wide.
+    gate_rank_monotone : bool
+        Gated pair model only: constrain the gate's log-rank coefficient to be at
+        most 0 (a better rank is never less likely relevant), as ``-gate_rank_slope``
+        with ``gate_rank_slope ~ HalfNormal(coef_sd)``; ``gate_coef`` is then
+        deterministic. Off by default. On all ten LoCoMo conversations the free
+        slope came out flat or of the wrong sign in two modes (R-hat 1.88); the
+        constrained one gave one mode, and ranked pairs by rank, an ordering that
+        comes from the constraint, not the data (reports/benchmarks/fit_pairs.md).
     prior_draws : int
         Draws of the prior and prior predictive groups.
     jitter : bool
@@ -197,6 +205,7 @@ class ModelConfig:
     query_sd: float = 0.05
     pair_model: str = "normal"
     gate_intercept: tuple[float, float] = (-2.0, 1.5)
+    gate_rank_monotone: bool = False
     prior_draws: int = 500
     jitter: bool = True
 

@@ -179,13 +179,42 @@ def gated_data(stats: xr.Dataset, pairs: xr.Dataset, config: ModelConfig) -> Gat
     )
 
 
-def gated_hyper_shapes(gd: GatedData) -> dict[str, tuple[int, ...]]:
-    """Name -> shape of every hyperparameter the gated graph samples."""
+def gated_hyper_shapes(gd: GatedData, config: ModelConfig | None = None) -> dict[str, tuple[int, ...]]:
+    """Name -> shape of every hyperparameter the gated graph samples (and ``gate_coef``)."""
     shapes = dict(hyper_shapes(gd.base))
     shapes["gate_intercept"] = ()
     if gd.covariate_names:
         shapes["gate_coef"] = (len(gd.covariate_names),)
+        if _monotone(gd, config):
+            shapes["gate_rank_slope"] = ()
+            if len(gd.covariate_names) > 1:
+                shapes["gate_coef_other"] = (len(gd.covariate_names) - 1,)
     return shapes
+
+
+def _monotone(gd: GatedData, config: ModelConfig | None) -> bool:
+    return bool(config is not None and config.gate_rank_monotone and "log_rank" in gd.covariate_names)
+
+
+def _gate_coef(gd: GatedData, config: ModelConfig) -> TensorVariable:
+    """``gate_coef`` over ``gate_covariate``: free Normals, or with ``gate_rank_monotone`` the
+    log-rank entry ``-gate_rank_slope`` (HalfNormal) and the others free (a Deterministic)."""
+    if not _monotone(gd, config):
+        return pm.Normal("gate_coef", 0.0, config.coef_sd, dims="gate_covariate")
+    slope = pm.HalfNormal("gate_rank_slope", config.coef_sd)
+    names = gd.covariate_names
+    others = (
+        pm.Normal("gate_coef_other", 0.0, config.coef_sd, shape=(len(names) - 1,)) if len(names) > 1 else None
+    )
+    parts, k = [], 0
+    for name in names:
+        if name == "log_rank":
+            parts.append(-slope)
+        else:
+            assert others is not None
+            parts.append(others[k])
+            k += 1
+    return pm.Deterministic("gate_coef", pt.stack(parts), dims="gate_covariate")
 
 
 def delta_prior(h: dict[str, TensorVariable], base: ModelData) -> tuple[TensorVariable, TensorVariable]:
@@ -215,7 +244,7 @@ def build_gated_model(gd: GatedData, config: ModelConfig) -> pm.Model:
         logit = pt.zeros((inf.size,)) + gate
         if gd.covariate_names:
             model.add_coord("gate_covariate", gd.covariate_names)
-            coef = pm.Normal("gate_coef", 0.0, config.coef_sd, dims="gate_covariate")
+            coef = _gate_coef(gd, config)
             logit = logit + pt.dot(pt.as_tensor_variable(gd.x[inf]), coef)
         if inf.size:
             prior, null_pmf = delta_prior(h, gd.base)

@@ -79,7 +79,7 @@ def fit_gated(
 
     gd = gated_data(stats, pairs, config)
     model = build_gated_model(gd, config)
-    names = list(gated_hyper_shapes(gd))
+    names = list(gated_hyper_shapes(gd, config))
     post, sample_stats, step, attempts = sample_until_healthy(model, scfg, names)
     n_chain, n_draw = post.sizes["chain"], post.sizes["draw"]
     n_pairs = max(gd.pair_memory.size, 1)
