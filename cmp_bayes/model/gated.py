@@ -203,17 +203,11 @@ def _gate_coef(gd: GatedData, config: ModelConfig) -> TensorVariable:
         return pm.Normal("gate_coef", 0.0, config.coef_sd, dims="gate_covariate")
     slope = pm.HalfNormal("gate_rank_slope", config.coef_sd)
     names = gd.covariate_names
-    others = (
-        pm.Normal("gate_coef_other", 0.0, config.coef_sd, shape=(len(names) - 1,)) if len(names) > 1 else None
-    )
-    parts, k = [], 0
-    for name in names:
-        if name == "log_rank":
-            parts.append(-slope)
-        else:
-            assert others is not None
-            parts.append(others[k])
-            k += 1
+    parts = []
+    if len(names) > 1:
+        others = pm.Normal("gate_coef_other", 0.0, config.coef_sd, shape=(len(names) - 1,))
+        parts = [others[k] for k in range(len(names) - 1)]
+    parts.insert(names.index("log_rank"), -slope)
     return pm.Deterministic("gate_coef", pt.stack(parts), dims="gate_covariate")
 
 
