@@ -314,3 +314,10 @@ def test_monotone_gate_keeps_the_rank_slope_negative(log) -> None:
     pid = tree["pair_identification"]
     assert pid["tau_mean"].sizes["pair"] == tree["posterior"].sizes["pair"]
     assert json.loads(tree.attrs["model_config"])["gate_rank_monotone"] is True
+
+
+def test_config_file_bools_must_be_booleans() -> None:
+    # a TOML "yes" is a string, and a string would pass as true
+    with pytest.raises(ConfigError, match="'gate_rank_monotone' must be true or false"):
+        ModelConfig.from_dict({"pair_model": "gated", "gate_rank_monotone": "yes"})
+    assert ModelConfig.from_dict({"gate_rank_monotone": True}).gate_rank_monotone is True

@@ -457,6 +457,9 @@ def _from_dict(cls: type, data: dict[str, Any], source: str) -> Any:
             if not isinstance(value, list | tuple) or len(value) != len(default):
                 raise ConfigError(f"{source}: key '{key}' must be a list of {len(default)} numbers")
             value = tuple(float(v) for v in value)
+        elif isinstance(default, bool) and not isinstance(value, bool):
+            # a string such as "yes" or "false" would otherwise pass as truthy
+            raise ConfigError(f"{source}: key '{key}' must be true or false, got {value!r}")
         kwargs[key] = value
     try:
         return cls(**kwargs)
