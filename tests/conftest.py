@@ -49,3 +49,20 @@ def mock_sample(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(pm, "sample", mock)
     monkeypatch.setattr(sampling, "sample_hyper", sample_hyper)
+
+
+@pytest.fixture
+def no_trace_figures(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The report's trace and rank figures left out (an empty ``trace-rank`` section).
+
+    They are 3-4 s of a 4-5 s report and hold nothing but the figures; for tests whose
+    point is another section (a verdict, a forest line, memory texts). The report tests
+    (tests/test_report.py, tests/test_report_robust.py) draw them.
+    """
+    from cmp_bayes.reporting import sections
+    from cmp_bayes.reporting.blocks import Section
+
+    def empty(posterior: object, hyper: list[str]) -> Section:
+        return Section("trace-rank", "Trace and rank plots", "", "", "")
+
+    monkeypatch.setattr(sections, "trace_rank_section", empty)

@@ -202,7 +202,9 @@ def test_no_texts_no_coordinate_reader_returns_none(texted_posterior) -> None:
     assert memory_texts(_texted(plain, [None, ""])) is None  # all empty: as if absent
 
 
-def test_decide_recommend_and_the_report_show_text(texted_posterior, tmp_path: Path, capsys) -> None:
+def test_decide_recommend_and_the_report_show_text(
+    texted_posterior, tmp_path: Path, capsys, no_trace_figures: None
+) -> None:
     from cmp_bayes.decision.recommend import recommend_exposures
     from cmp_bayes.decision.rule import COLUMNS, decide
     from cmp_bayes.reporting.html import report
@@ -244,7 +246,9 @@ def test_decide_recommend_and_the_report_show_text(texted_posterior, tmp_path: P
         assert lines[i + 1].strip() == t.loc[mid, "reason"]
 
 
-def test_report_takes_texts_from_the_log_when_the_posterior_has_none(tmp_path: Path) -> None:
+def test_report_takes_texts_from_the_log_when_the_posterior_has_none(
+    tmp_path: Path, no_trace_figures: None
+) -> None:
     from cmp_bayes.log.schema import MEMORY_COLUMNS, ExposureLog, coerce
     from cmp_bayes.reporting.html import report
 

@@ -235,7 +235,7 @@ def test_forest_section_draws_the_threshold_only_when_given(posterior: xr.DataTr
 
 
 def test_report_draws_the_costs_threshold_on_the_forest(
-    posterior: xr.DataTree, tmp_path: Path
+    posterior: xr.DataTree, tmp_path: Path, no_trace_figures: None
 ) -> None:
     costs = Costs(threshold=0.03)
     index = report(posterior, tmp_path / "r", decisions=_decide(posterior, costs))
