@@ -188,7 +188,9 @@ def cmp_run(
     total = start
     pool_ids = [m for b in blocks for m in b[4]]
     lifetimes = {m: (b[1], b[1] + b[2]) for b in blocks for m in b[4]}
-    sched = ExposureScheduler(args.slots, k, pool_ids, total, "balanced", seed=args.seed, lifetimes=lifetimes)
+    window = {"window": args.window, "pool_slots": args.pool_slots} if args.assignment == "window" else {}
+    sched = ExposureScheduler(args.slots, k, pool_ids, total, args.assignment, seed=args.seed, lifetimes=lifetimes,
+                              **window)
     store_rows = pd.DataFrame(
         [
             {"memory_id": m, "created_step": b[1], "deleted_step": b[1] + b[2],
@@ -272,9 +274,26 @@ def compare(log_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
     t0 = time.perf_counter()
     for m in ("logged-success", "logged-diff", "hajek"):
         row(m, "memory", evaluate(log, estimate(log, method=m), level="memory", n_boot=args.n_boot, seed=args.seed))
-    row("hajek per query", "pair",
-        evaluate(log, estimate(log, by="query", method="hajek"), level="pair", n_boot=args.n_boot, seed=args.seed))
+    per_query = estimate(log, by="query", method="hajek")
+    # a window design adds window-arm rows per pair: each arm is scored on its own
+    arms = per_query.get("arm")
+    pool_rows = per_query if arms is None else per_query[arms == "pool"]
+    row("hajek per query", "pair", evaluate(log, pool_rows, level="pair", n_boot=args.n_boot, seed=args.seed))
+    if arms is not None and bool((arms == "window").any()):
+        row("window SNIPW per pair", "pair",
+            evaluate(log, per_query[arms == "window"], level="pair", n_boot=args.n_boot, seed=args.seed))
+    del per_query, pool_rows
+    pairs = exposure_stats(log, by="pair")
+    keys = pd.DataFrame({"memory_id": pairs["memory_id"].values.astype(str),
+                         "query_id": pairs["query_id"].values.astype(str)})
+    # the retriever's rank alone (the gate's covariate): best rank first, never-ranked last
+    row("best rank per pair", "pair", evaluate(log, keys.assign(estimate=-pairs["rank_best"].values),
+                                                level="pair", n_boot=args.n_boot, seed=args.seed))
+    out["pairs"] = int(pairs.sizes["pair"])
+    del pairs, keys
     out["estimate_seconds"] = time.perf_counter() - t0
+    if args.fit and args.pair_model == "gated":
+        out.update(_gated(log, args, row))
     if args.fit:
         from cmp_bayes.model.config import ModelConfig
         from cmp_bayes.model.fit import fit
@@ -300,6 +319,48 @@ def compare(log_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def _gated(log: Any, args: argparse.Namespace, row: Any) -> dict[str, Any]:
+    """The relevance-gated pair model (``fit(log, by="query")``): its fit and its AUC rows."""
+    from cmp_bayes.model.config import ModelConfig
+    from cmp_bayes.model.fit import fit
+    from cmp_bayes.posterior.health import sampler_health
+
+    t0 = time.perf_counter()
+    model = ModelConfig(pair_model="gated", gate_rank_monotone=args.gate_rank_monotone)
+    dt = fit(log, model, by="query", draws=args.draws, tune=args.tune, chains=args.chains, seed=args.seed,
+             max_attempts=args.max_attempts, progressbar=False)
+    out: dict[str, Any] = {"gated_fit_seconds": time.perf_counter() - t0,
+                           "gate_rank_monotone": args.gate_rank_monotone}
+    if args.save_posterior is not None:
+        from cmp_bayes.posterior.io import save_posterior
+
+        save_posterior(dt, args.save_posterior)
+    health = sampler_health(dt)
+    out["gated_health"] = {"ok": health.ok, "divergences": health.divergences, "max_rhat": health.max_rhat,
+                           "worst_variable": health.worst_variable, "stored_draws": health.draws,
+                           "thin_step": dt.attrs.get("thin_step"), "attempts": dt.attrs.get("fit_attempts")}
+    post, status = dt["posterior"], dt["identification"]["status"].values.astype(str)
+    for var in ("tau_relevant", "p_relevant_any", "tau_memory", "utility_memory"):
+        frame = pd.DataFrame({"memory_id": post["memory"].values.astype(str),
+                              "estimate": post[var].mean(("chain", "draw")).values, "status": status})
+        row(f"gated posterior mean {var}", "memory",
+            evaluate_frame(log, frame, "memory", args))
+    pid = dt["pair_identification"]
+    keys = pd.DataFrame({"memory_id": pid["memory_id"].values.astype(str),
+                         "query_id": pid["query_id"].values.astype(str),
+                         "status": pid["status"].values.astype(str)})
+    for var in ("tau_mean", "p_relevant_mean"):
+        row(f"gated pair {var}", "pair", evaluate_frame(log, keys.assign(estimate=pid[var].values), "pair", args))
+    return out
+
+
+def evaluate_frame(log: Any, frame: pd.DataFrame, level: str, args: argparse.Namespace) -> dict[str, Any]:
+    """:func:`cmp_bayes.evaluation.evaluate` of a score table at ``level``."""
+    from cmp_bayes.evaluation import evaluate
+
+    return evaluate(log, frame, level=level, n_boot=args.n_boot, seed=args.seed)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", type=Path, default=DATA, help="locomo10.json (default: ../shared/data beside the clone)")
@@ -318,6 +379,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work", type=Path, default=None, help="folder for the store and log (default: a temp dir, removed)")
     p.add_argument("--json", type=Path, default=None, help="write the results here (aggregates only)")
     p.add_argument("--compare-only", action="store_true", help="only step 4, on the log under --work")
+    p.add_argument("--assignment", choices=("balanced", "window"), default="balanced",
+                   help="exposure design: uniform over the pool, or the window design (spec: Targeted exposure)")
+    p.add_argument("--window", type=int, default=20, help="window design: W, ranks below Mem0's cut")
+    p.add_argument("--pool-slots", type=int, default=1, help="window design: j slots dealt over the whole pool")
+    p.add_argument("--pair-model", choices=("none", "gated"), default="none",
+                   help="also fit the relevance-gated pair model (fit(log, by='query'))")
+    p.add_argument("--gate-rank-monotone", action=argparse.BooleanOptionalAction, default=False,
+                   help="the gated model's rank slope constrained negative (ModelConfig.gate_rank_monotone)")
+    p.add_argument("--max-attempts", type=int, default=3,
+                   help="the gated fit's attempts (SamplerConfig.max_attempts; each retry costs a whole fit)")
+    p.add_argument("--save-posterior", type=Path, default=None,
+                   help="write the gated posterior here (NetCDF; derived from LoCoMo: keep it out of the repo)")
     args = p.parse_args(argv)
     if args.compare_only:
         if args.work is None:
