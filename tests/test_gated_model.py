@@ -235,6 +235,8 @@ def test_contract_save_load_and_refusal(tree, tmp_path) -> None:
 
     check_posterior(tree)
     assert tree.attrs["pair_model"] == "gated" and tree.attrs["by"] == "query"
+    # stored draws not thinned for memory (32 pairs): R-hat is judged on them, nothing recorded
+    assert "hyper_diagnostics" not in tree.children
     post = tree["posterior"]
     assert post["tau"].dims == ("chain", "draw", "pair")
     assert post["memory_id"].dims == ("pair",) and post["query_id"].dims == ("pair",)

@@ -25,7 +25,8 @@ from cmp_bayes.testing import synthetic_posterior
 
 @pytest.fixture(scope="module", params=[False, True], ids=["memory", "query"])
 def tree(request: pytest.FixtureRequest) -> xr.DataTree:
-    return synthetic_posterior(n_memories=6, draws=20, per_query=request.param, log_likelihood=True)
+    return synthetic_posterior(n_memories=6, draws=20, per_query=request.param, log_likelihood=True,
+                               hyper_diagnostics=True)
 
 
 def test_the_synthetic_posterior_follows_the_contract(tree: xr.DataTree) -> None:

@@ -5,8 +5,9 @@ Groups: ``posterior`` and ``prior`` (hyperparameters; per pair ``tau``, ``rho``,
 ``query_id`` coordinates along ``pair``; per memory ``tau_relevant``,
 ``p_relevant_any``, ``tau_memory``, ``rho_memory``, ``utility_memory``),
 ``observed_data`` per pair, ``sample_stats``, ``identification`` per memory
-(the design's status as for every fit; moments of ``tau_relevant``), and
-``pair_identification`` per pair. Root attribute ``pair_model = "gated"``,
+(the design's status as for every fit; moments of ``tau_relevant``),
+``pair_identification`` per pair, and ``hyper_diagnostics`` when the stored draws
+are thinned below the fit's (the hyperparameters' R-hat on every draw the fit judged). Root attribute ``pair_model = "gated"``,
 ``by = "query"``. No pointwise log-likelihood and no predictive groups.
 """
 
@@ -74,6 +75,8 @@ def fit_gated(
     from cmp_bayes.model.gated import build_gated_model, gated_data, gated_hyper_shapes
     from cmp_bayes.model.gated_recover import recover_gated
     from cmp_bayes.model.sampling import attempts_json, sample_until_healthy, thin_step
+    from cmp_bayes.posterior.hyper_diagnostics import GROUP as HYPER_DIAGNOSTICS
+    from cmp_bayes.posterior.hyper_diagnostics import hyper_diagnostics
     from cmp_bayes.posterior.identification import identification_group
     from cmp_bayes.posterior.provenance import with_memory_text
 
@@ -90,7 +93,7 @@ def fit_gated(
     kept = np.arange(0, n_draw, extra)
     store = (np.arange(n_chain)[:, None] * n_draw + kept[None, :]).reshape(-1)
     rec = recover_gated(gd, flat, rng, use_data=True, jitter=config.jitter, store=store)
-    post = post.isel(draw=kept)
+    judged, post = post, post.isel(draw=kept)
     prior_draws = max(1, min(config.prior_draws, PAIR_DRAW_CELLS // n_pairs))
     with model, warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="The effect of Potentials")
@@ -110,6 +113,11 @@ def fit_gated(
         ),
         "pair_identification": pair_identification(gd, rec),
     }
+    if extra > 1:
+        # R-hat on 20 stored draws per chain is noise: the checks read the fit's own (every draw)
+        recorded = hyper_diagnostics(judged[names], post[names])
+        if recorded is not None:
+            groups[HYPER_DIAGNOSTICS] = recorded
     if meta.get("memory_text") is not None:
         groups["posterior"] = with_memory_text(groups["posterior"], meta["memory_text"])
     tree = xr.DataTree.from_dict(groups)

@@ -38,6 +38,12 @@ MEMORY_DIAGNOSTICS_VARS: tuple[str, ...] = (
 )
 MEMORY_DIAGNOSTICS_ATTRS: tuple[str, ...] = ("chains", "draws")
 SPLIT_DIM: str = "split_chain"
+#: The optional group of hyperparameter R-hats the fit measured on more draws than it stored
+#: (:mod:`cmp_bayes.posterior.hyper_diagnostics`): ``rhat`` over ``element`` and
+#: ``split_mean`` over (``element``, :data:`SPLIT_DIM`); attributes ``chains``, ``draws``,
+#: ``fit_draws``.
+HYPER_DIAGNOSTICS: str = "hyper_diagnostics"
+HYPER_DIAGNOSTICS_VARS: tuple[str, ...] = ("rhat", "split_mean")
 #: Root attribute ``by`` of each form.
 BY_MEMORY, BY_QUERY = "memory", "query"
 
@@ -133,6 +139,11 @@ GROUPS: tuple[GroupContract, ...] = (
     # reads it instead of recomputing); posteriors written before it existed have none
     GroupContract(
         MEMORY_DIAGNOSTICS, MEMORY_DIAGNOSTICS_VARS, ("memory",), ("memory",), required=False
+    ),
+    # each hyperparameter's R-hat on the draws the fit judged, where it stored fewer (the gated
+    # model on a shared store); the sampler checks read it while the stored draws are the fit's
+    GroupContract(
+        HYPER_DIAGNOSTICS, HYPER_DIAGNOSTICS_VARS, ("element",), ("element",), required=False
     ),
 )
 #: Group name -> its contract.

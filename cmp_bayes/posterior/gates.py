@@ -14,6 +14,7 @@ import numpy as np
 import xarray as xr
 
 from cmp_bayes.posterior import sampling_checks as checks
+from cmp_bayes.posterior.hyper_diagnostics import stored_hyper_rhat
 from cmp_bayes.posterior.sampling_checks import ESTIMAND_DEPENDS_ON, Check
 
 #: names of the gating checks (the verdict's).
@@ -62,14 +63,22 @@ def divergence_check(
 Elements = list[tuple[float, str, str]] | None
 
 
-def hyper_rhat(post: xr.Dataset, hyper: list[str], chains: int) -> Elements:
-    """:func:`rhat` of every hyperparameter element, computed once for every estimand's gate."""
+def hyper_rhat(
+    post: xr.Dataset, hyper: list[str], chains: int, recorded: xr.DataTree | None = None
+) -> Elements:
+    """:func:`rhat` of every hyperparameter element, computed once for every estimand's gate.
+
+    ``recorded``: the posterior tree, whose ``hyper_diagnostics`` (the fit's R-hat on the
+    draws it judged, where it stored fewer) is used while it describes the stored draws.
+    """
     if chains < 2:
         return None
     if not hyper:
         return []
     ds = post[hyper]
-    values = checks.flatten(checks.rhat(ds))
+    values = None if recorded is None else stored_hyper_rhat(recorded, ds)
+    if values is None:
+        values = checks.flatten(checks.rhat(ds))
     labels = checks.element_labels(ds)
     names = [n for n in hyper for _ in range(int(ds[n].isel(chain=0, draw=0).size))]
     return list(zip(values.tolist(), labels, names, strict=True))

@@ -274,7 +274,7 @@ def sampler_health(
     problems: list[str] = []
 
     div_check, n_div, share = gates.divergence_check(posterior, max_divergence_share, problems)
-    elements = gates.hyper_rhat(post, hyper, chains)
+    elements = gates.hyper_rhat(post, hyper, chains, recorded=posterior)
     rhat_check, worst, gated = gates.rhat_check(elements, hyper, chains, max_rhat, problems, estimand)
     other = gates.advisory_rhat_check(elements, hyper, chains, max_rhat, estimand)
     ok_by = {

@@ -25,6 +25,7 @@ from cmp_bayes.posterior.contract import (
     GATED_MEMORY_VARS,
     GATED_PAIR_VARS,
     GROUPS,
+    HYPER_DIAGNOSTICS,
     MEMORY_DIAGNOSTICS,
     MEMORY_DIAGNOSTICS_ATTRS,
     MEMORY_TEXT,
@@ -61,8 +62,9 @@ def save_posterior(
         Target file; its folder is created.
     thin : int
         Keep every ``thin``-th draw of the groups in ``THINNED_GROUPS``. A thinned
-        file leaves out the ``memory_diagnostics`` group: its R-hats describe the
-        draws before thinning (decide recomputes them from the kept draws).
+        file leaves out the ``memory_diagnostics`` and ``hyper_diagnostics`` groups:
+        their R-hats describe the draws before thinning (decide recomputes them from
+        the kept draws).
     drop_groups : iterable of str
         Groups to leave out (e.g. ``("prior_predictive", "posterior_predictive")``);
         ``posterior`` and ``identification`` cannot be dropped.
@@ -80,7 +82,7 @@ def save_posterior(
     check_posterior(dt, str(path))
     groups: dict[str, xr.Dataset] = {}
     for name, node in dt.children.items():  # a child's key is its name (node.name is str | None)
-        if name in drop or (thin > 1 and name == MEMORY_DIAGNOSTICS):
+        if name in drop or (thin > 1 and name in (MEMORY_DIAGNOSTICS, HYPER_DIAGNOSTICS)):
             continue
         ds = node.to_dataset()
         if thin > 1 and name in THINNED_GROUPS and "draw" in ds.dims:

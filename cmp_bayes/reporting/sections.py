@@ -203,13 +203,37 @@ def hyperparameter_section(posterior: xr.DataTree, hyper: list[str]) -> Section:
         )
     frame = summ.reset_index().rename(columns={"index": "parameter", "label": "parameter"})
     frame = frame.rename(columns={frame.columns[0]: "parameter"})
+    note = ""
+    recorded = _recorded_rhat(posterior, hyper)
+    if recorded is not None and "r_hat" in frame and frame["parameter"].isin(recorded.index).all():
+        # the stored draws are thinned for memory: R-hat on them is noise, the verdict reads the fit's
+        frame["r_hat"] = frame["parameter"].map(recorded).to_numpy()
+        group = posterior["hyper_diagnostics"]
+        note = (
+            f"R-hat: the fit's, on its {group.attrs.get('fit_draws')} draws per chain (the posterior "
+            f"stores {group.attrs.get('draws')} per chain, thinned to fit its pair variables in memory; "
+            "the other columns are computed from the stored draws)."
+        )
     # R-hat is read against 1.01: three decimals, not three significant digits
     if "r_hat" in frame:
         frame["r_hat"] = frame["r_hat"].map(lambda v: f"{v:.3f}")
     for col in ("ess_bulk", "ess_tail"):
         if col in frame:
             frame[col] = frame[col].map(lambda v: f"{v:,.0f}" if np.isfinite(v) else "–")
-    return Section("hyperparameters", "Hyperparameters", lead, table_html(frame), table_md(frame))
+    body, md = table_html(frame), table_md(frame)
+    if note:
+        body, md = body + paragraph_html(note), md + "\n" + note + "\n"
+    return Section("hyperparameters", "Hyperparameters", lead, body, md)
+
+
+def _recorded_rhat(posterior: xr.DataTree, hyper: list[str]) -> pd.Series | None:
+    """The fit's recorded R-hat per element label (``hyper_diagnostics``), while it describes the draws."""
+    from cmp_bayes.posterior.hyper_diagnostics import stored_hyper_rhat
+    from cmp_bayes.posterior.sampling_checks import element_labels
+
+    ds = posterior["posterior"].to_dataset()[hyper]
+    values = stored_hyper_rhat(posterior, ds)
+    return None if values is None else pd.Series(values, index=element_labels(ds))
 
 
 def trace_rank_section(posterior: xr.DataTree, hyper: list[str]) -> Section:

@@ -108,6 +108,7 @@ def synthetic_posterior(
     pairs: pd.DataFrame | None = None,
     query_steps: dict[str, int] | pd.Series | None = None,
     memory_diagnostics: bool = True,
+    hyper_diagnostics: bool = False,
 ) -> xr.DataTree:
     """A DataTree that follows the posterior contract (passes ``check_posterior``).
 
@@ -157,6 +158,10 @@ def synthetic_posterior(
         ``q0 .. q{n_queries - 1}`` and every query of ``pairs``.
     memory_diagnostics : bool
         Add the group ``fit`` adds (each memory's stored R-hat; 2 chains or more).
+    hyper_diagnostics : bool
+        Add the ``hyper_diagnostics`` group, recorded on the posterior's own draws
+        (a gated fit adds it where it stores fewer draws than it judged; memory-level
+        and per-query forms only).
 
     Returns
     -------
@@ -250,7 +255,21 @@ def synthetic_posterior(
         by=BY_QUERY if per_query else BY_MEMORY,
         thin_step=1,
     )
-    return with_memory_diagnostics(dt) if memory_diagnostics else dt
+    dt = with_memory_diagnostics(dt) if memory_diagnostics else dt
+    return _with_hyper_diagnostics(dt) if hyper_diagnostics else dt
+
+
+def _with_hyper_diagnostics(dt: xr.DataTree) -> xr.DataTree:
+    """``dt`` with a ``hyper_diagnostics`` group recorded on its own draws (what a fit that
+    stored every draw it judged would record)."""
+    from cmp_bayes.posterior.hyper_diagnostics import GROUP, hyper_diagnostics
+    from cmp_bayes.posterior.sampling_checks import hyperparameter_names
+
+    post = dt["posterior"].to_dataset()[hyperparameter_names(dt)]
+    group = hyper_diagnostics(post, post)
+    if group is not None:
+        dt[GROUP] = xr.DataTree(group)
+    return dt
 
 
 def _hyper_draws(rng: np.random.Generator, n: int, spread: float) -> dict[str, np.ndarray]:
