@@ -43,13 +43,24 @@ from cmp_bayes.model.recover import compile_prior_terms, pointwise_context
 Hyper = dict[str, np.ndarray]
 
 
-def _scaled(name: str, factor: float) -> Callable[[Hyper], Hyper]:
-    return lambda h: {**h, name: h[name] * factor}
+def _change(name: str | None, op: str, by: float) -> Callable[[Hyper], Hyper]:
+    """Theta with hyperparameter ``name`` multiplied (``op="*"``) or shifted (``"+"``) by ``by``."""
+    if name is None:
+        return lambda h: h
+    if op == "*":
+        return lambda h: {**h, name: h[name] * by}
+    return lambda h: {**h, name: h[name] + by}
 
 
-def _shifted(name: str, shift: float) -> Callable[[Hyper], Hyper]:
-    return lambda h: {**h, name: h[name] + shift}
-
+#: Each alternative prior: the hyperparameter it changes (None: none), and how.
+_SPECS: Final[dict[str, tuple[str | None, str, float]]] = {
+    "fitted": (None, "*", 1.0),
+    "null_sd_half": ("tau_null_sd", "*", 0.5),
+    "null_sd_double": ("tau_null_sd", "*", 2.0),
+    "effect_share_double": ("weight_intercept", "+", float(np.log(2.0))),
+    "helps_mean_half": ("tau_helps_mean", "*", 0.5),
+    "shape_flat_half": ("tau_spline_coef", "*", 0.5),
+}
 
 #: The alternative priors, by name: how each changes a hyperparameter draw.
 #: ``fitted`` changes nothing; the null's width halved and doubled (the data cannot
@@ -62,22 +73,10 @@ def _shifted(name: str, shift: float) -> Callable[[Hyper], Hyper]:
 #: from uniform over the cells). Alternatives whose hyperparameter a fit lacks (a
 #: null atom has no width, the g-model no helps location) are left out of it.
 ALTERNATIVES: Final[dict[str, Callable[[Hyper], Hyper]]] = {
-    "fitted": lambda h: h,
-    "null_sd_half": _scaled("tau_null_sd", 0.5),
-    "null_sd_double": _scaled("tau_null_sd", 2.0),
-    "effect_share_double": _shifted("weight_intercept", float(np.log(2.0))),
-    "helps_mean_half": _scaled("tau_helps_mean", 0.5),
-    "shape_flat_half": _scaled("tau_spline_coef", 0.5),
+    a: _change(name, op, by) for a, (name, op, by) in _SPECS.items()
 }
 #: The hyperparameter each alternative changes (None: none).
-CHANGES: Final[dict[str, str | None]] = {
-    "fitted": None,
-    "null_sd_half": "tau_null_sd",
-    "null_sd_double": "tau_null_sd",
-    "effect_share_double": "weight_intercept",
-    "helps_mean_half": "tau_helps_mean",
-    "shape_flat_half": "tau_spline_coef",
-}
+CHANGES: Final[dict[str, str | None]] = {a: spec[0] for a, spec in _SPECS.items()}
 #: What each alternative means, in words (the group's attrs and decide's reasons).
 DESCRIPTIONS: Final[dict[str, str]] = {
     "fitted": "the fitted prior",
