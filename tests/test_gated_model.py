@@ -38,10 +38,11 @@ N_MEM, N_Q, T = 8, 4, 480
 STRONG = ("m0", "q0")
 
 
-def _write_log(path, seed: int = 0) -> None:
+def _write_log(path, seed: int = 0, depth: int | None = None) -> None:
     """A balanced pool design (B = k = 1): m0 adds +0.5 to q0's success rate, nothing elsewhere.
 
-    Each step ranks the memories for its query (m0 first for q0, last elsewhere).
+    Each step ranks the memories for its query (m0 first for q0, last elsewhere),
+    the ranking cut to its first ``depth`` memories when given.
     """
     rng = np.random.default_rng(seed)
     mems = [f"m{i}" for i in range(N_MEM)]
@@ -55,6 +56,7 @@ def _write_log(path, seed: int = 0) -> None:
         others = [x for x in mems if x != "m0"]
         rng.shuffle(others)
         ranking = ["m0", *others] if q == 0 else [*others, "m0"]
+        ranking = ranking[:depth] if depth is not None else ranking
         lines.append(json.dumps({
             "step": t, "query_id": f"q{q}", "outcome": int(rng.random() < p), "ranking": ranking,
             "context": [{"memory_id": m, "source": "exposure", "propensity": 1 / N_MEM}],
@@ -316,6 +318,55 @@ def test_monotone_gate_keeps_the_rank_slope_negative(log) -> None:
     pid = tree["pair_identification"]
     assert pid["tau_mean"].sizes["pair"] == tree["posterior"].sizes["pair"]
     assert json.loads(tree.attrs["model_config"])["gate_rank_monotone"] is True
+
+
+def test_gate_covariates_rank_a_never_ranked_pair_below_the_deepest_rank() -> None:
+    from cmp_bayes.model.gated import gate_covariates
+
+    # ranked at 0, 5 and 30 (0-based), and two pairs no ranking of their query lists
+    pairs = xr.Dataset({
+        "ranked": ("pair", np.array([2, 1, 3, 0, 0])),
+        "rank_median": ("pair", np.array([0.0, 5.0, 30.0, np.nan, np.nan])),
+        "rank_best": ("pair", np.array([0.0, 4.0, 20.0, np.nan, np.nan])),
+    })
+    for summary, deepest in (("median", 30.0), ("best", 20.0)):
+        x, x_never, names = gate_covariates(pairs, summary)
+        assert names == ["log_rank", "never_ranked"]
+        lr = np.log1p(pairs[f"rank_{summary}"].values[:3])
+        mu, sd = lr.mean(), lr.std()
+        np.testing.assert_allclose(x[:3, 0], (lr - mu) / sd)
+        # one past the deepest rank seen, on the same scale
+        np.testing.assert_allclose(x[3:, 0], (np.log1p(deepest + 1.0) - mu) / sd)
+        assert x[3:, 0].min() > x[:3, 0].max()
+        np.testing.assert_allclose(x[:, 1], np.r_[0, 0, 0, 1, 1] - 0.4)
+        np.testing.assert_allclose(x_never, x[3])
+
+
+def test_monotone_gate_never_puts_an_unranked_pair_above_a_ranked_one(tmp_path) -> None:
+    import pymc as pm
+
+    from cmp_bayes.model.gated import MONOTONE_GATE
+
+    _write_log(tmp_path, depth=3)  # rankings list 3 of the 8 memories
+    lg = read_log(tmp_path)
+    cfg = ModelConfig(pair_model="gated", gate_rank_monotone=True)
+    g = gated_data(exposure_stats(lg), exposure_stats(lg, by="pair"), cfg)
+    assert g.covariate_names == ["log_rank", "never_ranked"]
+    never = g.x[:, 1] > 0
+    assert never.any() and (~never).any()
+    assert set(gated_hyper_shapes(g, cfg)) >= set(MONOTONE_GATE.values())
+    model = build_gated_model(g, cfg)
+    icpt, coef = pm.draw([model["gate_intercept"], model["gate_coef"]], draws=300, random_seed=3)
+    assert (coef <= 0).all()
+    deepest = np.argmax(np.where(never, -np.inf, g.x[:, 0]))
+    for i in range(300):
+        p = gate_probability(g, icpt[i], coef[i])
+        # every draw of the prior: no never-ranked pair above the deepest ranked pair
+        assert p[never].max() <= p[deepest] + 1e-12
+    # the free gate has no such guarantee: its never_ranked coefficient can be positive
+    free = ModelConfig(pair_model="gated")
+    assert "gate_never_penalty" not in gated_hyper_shapes(
+        gated_data(exposure_stats(lg), exposure_stats(lg, by="pair"), free), free)
 
 
 def test_config_file_bools_must_be_booleans() -> None:

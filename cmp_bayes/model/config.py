@@ -166,8 +166,10 @@ class ModelConfig:
     gate_rank_monotone : bool
         Gated pair model only: constrain the gate's log-rank coefficient to be at
         most 0 (a better rank is never less likely relevant), as ``-gate_rank_slope``
-        with ``gate_rank_slope ~ HalfNormal(coef_sd)``; ``gate_coef`` is then
-        deterministic. Off by default. On all ten LoCoMo conversations the free
+        with ``gate_rank_slope ~ HalfNormal(coef_sd)``, and the never-ranked
+        indicator's likewise (``-gate_never_penalty``: a pair no ranking lists is
+        never more likely relevant than one at the deepest listed rank);
+        ``gate_coef`` is then deterministic. Off by default. On all ten LoCoMo conversations the free
         slope came out flat or of the wrong sign in two modes (R-hat 1.88); the
         constrained one gave one mode, and ranked pairs by rank, an ordering that
         comes from the constraint, not the data (reports/benchmarks/fit_pairs.md).

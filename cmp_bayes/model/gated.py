@@ -7,8 +7,9 @@ Model, per (memory, query) pair of the sparse pair statistics
     logit p_mq = gate_intercept + gate_coef . x_mq,
 
 ``x_mq`` the retriever's rank of m for q at that query's steps (standardised
-``log1p`` of the pair's best or median rank, ``ModelConfig.rank_summary``, and a
-centred never-ranked indicator), ``delta_m`` the memory's effect when relevant
+``log1p`` of the pair's best or median rank, ``ModelConfig.rank_summary``, a
+never-ranked pair placed one past the deepest listed rank, and a centred
+never-ranked indicator), ``delta_m`` the memory's effect when relevant
 under the memory-level mixture prior of :mod:`cmp_bayes.model.build`
 (intercept-only weights: the rank information goes to the gate).
 
@@ -46,6 +47,9 @@ from cmp_bayes.model.grid import log_likelihood
 
 #: Hyperparameters the gated model adds to the memory-level ones.
 GATE_VARS: tuple[str, ...] = ("gate_intercept", "gate_coef")
+#: Under ``gate_rank_monotone``: each rank covariate's coefficient is minus this
+#: HalfNormal, so a worse rank, or no rank at all, is never more likely relevant.
+MONOTONE_GATE: dict[str, str] = {"log_rank": "gate_rank_slope", "never_ranked": "gate_never_penalty"}
 
 
 @dataclass
@@ -126,8 +130,12 @@ def gate_covariates(pairs: xr.Dataset, summary: str) -> tuple[np.ndarray, np.nda
     """The gate's covariates per pair: the rank of m in the rankings of q's steps.
 
     ``log_rank``: log1p of the pair's median or best 0-based rank (``summary``),
-    standardised over ranked pairs, 0 for never-ranked ones; ``never_ranked``: 1
-    when no ranking of the query's steps lists m, centred. Constant columns dropped.
+    standardised over ranked pairs; a never-ranked pair (no ranking of the
+    query's steps lists m) takes the rank one past the deepest rank any pair
+    was seen at, because the rankings a log lists are cut at a depth and a
+    memory below the cut ranks below everything above it. ``never_ranked``: 1
+    for a never-ranked pair, centred, so that the gate can put such pairs
+    further down than the depth alone says. Constant columns dropped.
 
     Returns
     -------
@@ -141,8 +149,9 @@ def gate_covariates(pairs: xr.Dataset, summary: str) -> tuple[np.ndarray, np.nda
         lr = np.log1p(np.where(ranked, rank, 0.0))
         mu, sd = lr[ranked].mean(), lr[ranked].std()
         if sd > 0:
-            cols.append(np.where(ranked, (lr - mu) / sd, 0.0))
-            never_row.append(0.0)
+            below = (np.log1p(rank[ranked].max() + 1.0) - mu) / sd
+            cols.append(np.where(ranked, (lr - mu) / sd, below))
+            never_row.append(below)
             names.append("log_rank")
     never = (~ranked).astype(np.float64)
     if 0 < never.sum() < never.size:
@@ -186,9 +195,10 @@ def gated_hyper_shapes(gd: GatedData, config: ModelConfig | None = None) -> dict
     if gd.covariate_names:
         shapes["gate_coef"] = (len(gd.covariate_names),)
         if _monotone(gd, config):
-            shapes["gate_rank_slope"] = ()
-            if len(gd.covariate_names) > 1:
-                shapes["gate_coef_other"] = (len(gd.covariate_names) - 1,)
+            shapes.update({MONOTONE_GATE[n]: () for n in gd.covariate_names if n in MONOTONE_GATE})
+            free = [n for n in gd.covariate_names if n not in MONOTONE_GATE]
+            if free:
+                shapes["gate_coef_other"] = (len(free),)
     return shapes
 
 
@@ -198,16 +208,20 @@ def _monotone(gd: GatedData, config: ModelConfig | None) -> bool:
 
 def _gate_coef(gd: GatedData, config: ModelConfig) -> TensorVariable:
     """``gate_coef`` over ``gate_covariate``: free Normals, or with ``gate_rank_monotone`` the
-    log-rank entry ``-gate_rank_slope`` (HalfNormal) and the others free (a Deterministic)."""
+    rank covariates' entries negated HalfNormals (:data:`MONOTONE_GATE`) and any others
+    free (a Deterministic)."""
     if not _monotone(gd, config):
         return pm.Normal("gate_coef", 0.0, config.coef_sd, dims="gate_covariate")
-    slope = pm.HalfNormal("gate_rank_slope", config.coef_sd)
     names = gd.covariate_names
+    free = [n for n in names if n not in MONOTONE_GATE]
+    others = pm.Normal("gate_coef_other", 0.0, config.coef_sd, shape=(len(free),)) if free else None
     parts = []
-    if len(names) > 1:
-        others = pm.Normal("gate_coef_other", 0.0, config.coef_sd, shape=(len(names) - 1,))
-        parts = [others[k] for k in range(len(names) - 1)]
-    parts.insert(names.index("log_rank"), -slope)
+    for n in names:
+        if n in MONOTONE_GATE:
+            parts.append(-pm.HalfNormal(MONOTONE_GATE[n], config.coef_sd))
+        else:
+            assert others is not None
+            parts.append(others[free.index(n)])
     return pm.Deterministic("gate_coef", pt.stack(parts), dims="gate_covariate")
 
 
