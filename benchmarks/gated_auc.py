@@ -2,8 +2,8 @@
 
 Memory level: the posterior means of ``tau_relevant``, ``p_relevant_any``,
 ``tau_memory`` and ``utility_memory`` (required = required for some question).
-Pair level: ``pair_identification.tau_mean`` and the stored draws' mean of
-``p_relevant``. All through :func:`cmp_bayes.evaluation.evaluate` (bootstrap
+Pair level: ``pair_identification.tau_mean`` and ``p_relevant_mean``, the
+stored draws' mean of ``p_relevant``, and the retriever's best rank alone. All through :func:`cmp_bayes.evaluation.evaluate` (bootstrap
 intervals). Used for reports/benchmarks/fit_pairs.md:
 
     PYTHONPATH=$PWD .venv/bin/python benchmarks/gated_auc.py /tmp/locomo10_window \\
@@ -42,8 +42,20 @@ def main() -> None:
     pairs = pd.DataFrame({"memory_id": pid["memory_id"].values.astype(str),
                           "query_id": pid["query_id"].values.astype(str),
                           "status": pid["status"].values.astype(str)})
-    for name, score in (("pair tau_mean", pid["tau_mean"].values),
-                        ("pair p_relevant (stored draws)", post["p_relevant"].mean(("chain", "draw")).values)):
+    scores = [("pair tau_mean", pid["tau_mean"].values)]
+    if "p_relevant_mean" in pid:  # exact, over every draw (fits since the hyper_diagnostics change)
+        scores.append(("pair p_relevant_mean", pid["p_relevant_mean"].values))
+    scores.append(("pair p_relevant (stored draws)", post["p_relevant"].mean(("chain", "draw")).values))
+    # the retriever's rank alone: best 0-based rank of the memory for the question (unranked: NaN, last)
+    from cmp_bayes.statistics import exposure_stats
+
+    ps = exposure_stats(log, by="pair")
+    rank = pd.DataFrame({"memory_id": ps["memory_id"].values.astype(str), "query_id": ps["query_id"].values.astype(str),
+                         "rank": ps["rank_best"].values.astype(float)})
+    rank.loc[ps["ranked"].values <= 0, "rank"] = float("nan")
+    at = pairs.merge(rank, on=["memory_id", "query_id"], how="left")["rank"].to_numpy()
+    scores.append(("pair best rank alone", -at))
+    for name, score in scores:
         rows[name] = evaluate(log, pairs.assign(score=score), level="pair", n_boot=args.n_boot)
     keep = ("auc", "ci_low", "ci_high", "n", "n_required")
     table = {k: {f: r[f] for f in keep if f in r} for k, r in rows.items()}
