@@ -78,7 +78,8 @@ def main() -> None:
     ap.add_argument("--draws", type=int, default=1000)
     ap.add_argument("--tune", type=int, default=1000)
     ap.add_argument("--max-attempts", type=int, default=3, help="fit's retry schedule (default 3, fit's own)")
-    ap.add_argument("--gate-rank-monotone", action="store_true", help="ModelConfig(gate_rank_monotone=True)")
+    ap.add_argument("--gate-rank-monotone", action=argparse.BooleanOptionalAction, default=True,
+                    help="ModelConfig.gate_rank_monotone (default True, the package's)")
     ap.add_argument("--out", type=Path, default=Path("reports/benchmarks/fit_pairs.md"))
     ap.add_argument("--posterior-dir", type=Path, default=Path("/tmp"))
     args = ap.parse_args()
@@ -103,7 +104,7 @@ def main() -> None:
         "# fit(log, by=\"query\") on a shared-store log: time and peak memory",
         "",
         f"`benchmarks/bench_fit_pairs.py {args.log.name} --draws {args.draws} --tune {args.tune} "
-        f"--max-attempts {args.max_attempts}{' --gate-rank-monotone' if args.gate_rank_monotone else ''}`: "
+        f"--max-attempts {args.max_attempts}{' --gate-rank-monotone' if args.gate_rank_monotone else ' --no-gate-rank-monotone'}`: "
         "each fit in a fresh process (reading the log, fitting, recovery; saving the posterior "
         "not counted in fit s), 2 chains, nutpie, `rank_summary=\"best\"`. "
         f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {sys.version.split()[0]}.",

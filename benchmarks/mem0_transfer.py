@@ -385,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pool-slots", type=int, default=1, help="window design: j slots dealt over the whole pool")
     p.add_argument("--pair-model", choices=("none", "gated"), default="none",
                    help="also fit the relevance-gated pair model (fit(log, by='query'))")
-    p.add_argument("--gate-rank-monotone", action=argparse.BooleanOptionalAction, default=False,
+    p.add_argument("--gate-rank-monotone", action=argparse.BooleanOptionalAction, default=True,
                    help="the gated model's rank slope constrained negative (ModelConfig.gate_rank_monotone)")
     p.add_argument("--max-attempts", type=int, default=3,
                    help="the gated fit's attempts (SamplerConfig.max_attempts; each retry costs a whole fit)")

@@ -140,14 +140,16 @@ def main() -> None:
     ap.add_argument("--draws", type=int, default=300)
     ap.add_argument("--preset", default="locomo-window", choices=["locomo-window", "locomo-nearmiss"],
                     help="locomo-nearmiss: the retriever's misses shaped like BM25's on LoCoMo")
-    ap.add_argument("--gate-rank-monotone", action="store_true",
-                    help="ModelConfig(gate_rank_monotone=True); default file name gains _monotone")
+    ap.add_argument("--gate-rank-monotone", action=argparse.BooleanOptionalAction, default=True,
+                    help="ModelConfig.gate_rank_monotone (the default, True, gives the file name _monotone; "
+                         "--no-gate-rank-monotone the free gate)")
     ap.add_argument("--out", default=None, help="default reports/simulation/gated.md (gated_nearmiss.md)")
     args = ap.parse_args()
     stem = "gated" if args.preset == "locomo-window" else "gated_nearmiss"
     out = args.out or f"reports/simulation/{stem}{'_monotone' if args.gate_rank_monotone else ''}.md"
-    flag = " --gate-rank-monotone" if args.gate_rank_monotone else ""
-    model_text = "pair_model=\"gated\", gate_rank_monotone=True" if args.gate_rank_monotone else "pair_model=\"gated\""
+    flag = " --gate-rank-monotone" if args.gate_rank_monotone else " --no-gate-rank-monotone"
+    model_text = "pair_model=\"gated\", gate_rank_monotone=True" if args.gate_rank_monotone else (
+        "pair_model=\"gated\", gate_rank_monotone=False")
     from cmp_bayes.atomic import write_text_atomic
 
     load_before = _load()

@@ -364,7 +364,7 @@ def test_monotone_gate_never_puts_an_unranked_pair_above_a_ranked_one(tmp_path) 
         # every draw of the prior: no never-ranked pair above the deepest ranked pair
         assert p[never].max() <= p[deepest] + 1e-12
     # the free gate has no such guarantee: its never_ranked coefficient can be positive
-    free = ModelConfig(pair_model="gated")
+    free = ModelConfig(pair_model="gated", gate_rank_monotone=False)
     assert "gate_never_penalty" not in gated_hyper_shapes(
         gated_data(exposure_stats(lg), exposure_stats(lg, by="pair"), free), free)
 
