@@ -159,6 +159,7 @@ def test_recovery_matches_enumeration_of_the_gates(gd) -> None:
         pairs = np.flatnonzero(gd.pair_memory == i)
         joint = np.zeros(pts.size)
         p_rel = np.zeros(pairs.size)
+        p_pos = np.zeros(pairs.size)
         e_tau = np.zeros(pairs.size)
         null_mean = (lik[pairs] * null_pmf) @ pts / null_lik[pairs]  # each pair's null posterior mean
         any_pos = 0.0
@@ -169,6 +170,7 @@ def test_recovery_matches_enumeration_of_the_gates(gd) -> None:
             weight = prior * terms.prod(axis=0)  # (G,)
             joint += weight
             p_rel += z * weight.sum()
+            p_pos += z * weight[pts > 0].sum()
             e_tau += np.where(z == 1, weight @ pts, null_mean * weight.sum())
             if z.any():
                 any_pos += weight[pts > 0].sum()
@@ -176,6 +178,8 @@ def test_recovery_matches_enumeration_of_the_gates(gd) -> None:
         np.testing.assert_allclose(rec.p_relevant[0, pairs], p_rel / total, rtol=1e-5)
         np.testing.assert_allclose(rec.p_relevant_any[0, i], any_pos / total, rtol=1e-5)
         np.testing.assert_allclose(rec.pair_p_relevant_mean[pairs], p_rel / total, rtol=1e-9)
+        np.testing.assert_allclose(rec.pair_p_relevant_positive_mean[pairs], p_pos / total, rtol=1e-9, atol=1e-15)
+        assert (rec.pair_p_relevant_positive_mean[pairs] <= rec.pair_p_relevant_mean[pairs] + 1e-12).all()
         np.testing.assert_allclose(rec.pair_tau_mean[pairs], e_tau / total, rtol=1e-9, atol=1e-12)
         post = joint / total
         np.testing.assert_allclose(rec.post_mean[i], post @ pts, rtol=1e-9, atol=1e-12)

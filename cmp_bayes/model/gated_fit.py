@@ -192,8 +192,9 @@ def pair_identification(gd: GatedData, rec: GatedRecovered | None = None) -> xr.
     with pi_t < 1) of the pair makes it identified; else retrieved only, else unidentified.
 
     With ``rec``, also each pair's exact posterior means over every sampled draw:
-    ``tau_mean`` (E[tau | data]) and ``p_relevant_mean`` (P(z = 1 | data)), which
-    rank pairs without the Monte Carlo noise of the stored draws.
+    ``tau_mean`` (E[tau | data]), ``p_relevant_mean`` (P(z = 1 | data)) and
+    ``p_relevant_positive_mean`` (P(z = 1 and delta_m > 0 | data)), which rank
+    pairs without the Monte Carlo noise of the stored draws.
     """
     from cmp_bayes.constants import IDENTIFIED, RETRIEVED_ONLY, UNIDENTIFIED
 
@@ -218,4 +219,8 @@ def pair_identification(gd: GatedData, rec: GatedRecovered | None = None) -> xr.
         ds["tau_mean"].attrs["description"] = "E[tau | data], exact on the grid per draw, averaged over every sampled draw"
         ds["p_relevant_mean"] = ("pair", rec.pair_p_relevant_mean)
         ds["p_relevant_mean"].attrs["description"] = "P(z = 1 | data), averaged over every sampled draw"
+        ds["p_relevant_positive_mean"] = ("pair", rec.pair_p_relevant_positive_mean)
+        ds["p_relevant_positive_mean"].attrs["description"] = (
+            "P(z = 1 and delta_m > 0 | data): relevant and helping, averaged over every sampled draw"
+        )
     return ds

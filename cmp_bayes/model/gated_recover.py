@@ -44,9 +44,10 @@ class GatedRecovered:
         memory without pairs).
     post_mean, post_sd, prior_mean, prior_sd, p_positive, p_helps : ndarray, shape (M,)
         Moments of delta (exact on the grid, averaged over draws).
-    pair_tau_mean, pair_p_relevant_mean : ndarray, shape (N,)
-        Per pair: E[tau | theta, data] and P(z = 1 | theta, data), exact on the grid,
-        averaged over every draw (also those whose per-draw values are not stored).
+    pair_tau_mean, pair_p_relevant_mean, pair_p_relevant_positive_mean : ndarray, shape (N,)
+        Per pair: E[tau | theta, data], P(z = 1 | theta, data) and
+        P(z = 1 and delta_m > 0 | theta, data), exact on the grid, averaged over
+        every draw (also those whose per-draw values are not stored).
     """
 
     tau: np.ndarray
@@ -64,6 +65,7 @@ class GatedRecovered:
     p_helps: np.ndarray
     pair_tau_mean: np.ndarray
     pair_p_relevant_mean: np.ndarray
+    pair_p_relevant_positive_mean: np.ndarray
 
 
 def _segment_sum(values: np.ndarray, seg: np.ndarray, n: int) -> np.ndarray:
@@ -107,7 +109,7 @@ def recover_gated(
     out = {k: np.empty((store.size, n), dtype=np.float32) for k in ("tau", "rho", "p_relevant")}
     mem = {k: np.empty((store.size, m), dtype=np.float32) for k in ("tau_relevant", "p_relevant_any", "rho", "tau")}
     acc = {k: np.zeros(m) for k in ("pm", "pm2", "pv", "qm", "qm2", "qv", "ppos", "phelp")}
-    pair_acc = {k: np.zeros(n) for k in ("tau", "p_relevant")}
+    pair_acc = {k: np.zeros(n) for k in ("tau", "p_relevant", "p_relevant_positive")}
     y_m, n_m = base.retrieved, base.in_store
     y_q = np.asarray(gd.pairs["retrieved"].values, dtype=np.float64)
     n_q = np.asarray(gd.pairs["in_store"].values, dtype=np.float64)
@@ -155,6 +157,11 @@ def recover_gated(
             e_tau[inf] = np.einsum("ig,ig->i", post_inf, resp_z * pts[None, :]) + (1 - p_rel[inf]) * null_post_mean
         pair_acc["tau"] += e_tau
         pair_acc["p_relevant"] += p_rel
+        # P(z = 1 and delta > 0): "relevant" alone also counts a memory that hurts the query
+        p_pos = p * mt[gd.pair_memory, 3]
+        if inf.size:
+            p_pos[inf] = np.einsum("ig,ig->i", post_inf[:, positive], resp_z[:, positive])
+        pair_acc["p_relevant_positive"] += p_pos
         j = slot[i]
         if j < 0:
             continue  # only the moments keep this draw
@@ -205,4 +212,5 @@ def recover_gated(
         prior_sd=np.sqrt(np.maximum(acc["qv"] / s + acc["qm2"] / s - prior_mean**2, 0.0)),
         p_positive=acc["ppos"] / s, p_helps=acc["phelp"] / s,
         pair_tau_mean=pair_acc["tau"] / s, pair_p_relevant_mean=pair_acc["p_relevant"] / s,
+        pair_p_relevant_positive_mean=pair_acc["p_relevant_positive"] / s,
     )
