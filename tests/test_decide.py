@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -423,6 +424,14 @@ def test_cli_decide_writes_csv_and_prints_summary(posterior_file, tmp_path, caps
     assert list(table["action"]) == list(expect.table["action"])
 
 
+def test_cli_decide_names_a_threshold_out_of_reach(posterior_file, capsys) -> None:
+    assert main(["decide", str(posterior_file), "--threshold", "0.99", "--top", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "threshold out of reach: No draw of any memory's tau is above the threshold 0.99" in out
+    assert main(["decide", str(posterior_file), "--top", "0"]) == 0
+    assert "out of reach" not in capsys.readouterr().out
+
+
 def test_cli_decide_user_errors_exit_2(posterior_file, tmp_path, capsys) -> None:
     assert main(["decide", str(posterior_file), "--forget-cost", "0"]) == 2
     err = capsys.readouterr().err.strip()
@@ -509,3 +518,20 @@ def test_realized_loss_beats_hajek_and_logged_counts_on_simulation() -> None:
     n_forget = int((table["action"] == "forget").sum())
     matched = logged_success_eviction(stats, n_forget=n_forget)
     assert ours <= realized_loss(matched, truth, costs)["loss"]
+
+
+def test_a_threshold_no_draw_reaches_is_named(base_posterior: xr.DataTree) -> None:
+    tau = base_posterior["posterior"]["tau"].to_numpy()
+    out_of_reach = float(tau.max()) + 0.01
+    with pytest.warns(DecisionWarning, match=r"No draw of any memory's tau is above the threshold") as rec:
+        decisions = decide(base_posterior, Costs(threshold=out_of_reach))
+    assert any(f"the largest is {tau.max():.3g}" in str(w.message) for w in rec)
+    assert (decisions.table["p_useful"] == 0).all()
+    assert decisions.out_of_reach == pytest.approx(float(tau.max()))
+    assert "No draw of any memory's tau is above the threshold" in decisions.summary()
+    # a threshold some draw clears: no such warning
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        kept = decide(base_posterior, Costs(threshold=float(tau.max()) - 1e-6))
+    assert not any("No draw of any memory" in str(w.message) for w in seen)
+    assert kept.out_of_reach is None and "No draw" not in kept.summary()

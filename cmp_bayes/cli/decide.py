@@ -91,6 +91,11 @@ def summary(decisions: Decisions, top: int = 10) -> str:
         f"rule: {decisions.rule.describe()}",
         decisions.health.summary(),
     ]
+    if decisions.out_of_reach is not None:
+        from cmp_bayes.decision.decisions import out_of_reach_text
+
+        lines.append("threshold out of reach: " + out_of_reach_text(
+            decisions.rule.variable, decisions.costs.threshold, decisions.out_of_reach))
     if decisions.capacity_shortfall:
         lines.append(
             f"capacity {decisions.costs.capacity} NOT met: {decisions.capacity_shortfall} more "

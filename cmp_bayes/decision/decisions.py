@@ -101,6 +101,17 @@ class DecisionRule:
         )
 
 
+def out_of_reach_text(variable: str, threshold: float, top: float) -> str:
+    """The sentence for a threshold no draw of any memory reaches."""
+    return (
+        f"No draw of any memory's {variable} is above the threshold {threshold:g} (the largest "
+        f"is {top:.3g}): every identified memory counts as useless whatever its data, so the "
+        "forgets do not tell memories apart; choose a threshold on the estimand's scale (a "
+        "workload value is a per-question average: about delta / questions for a memory "
+        "relevant to one question)."
+    )
+
+
 @dataclass(frozen=True, eq=False, repr=False)
 class Decisions:
     """Retain / forget / defer per memory, with what produced it.
@@ -135,6 +146,11 @@ class Decisions:
         The sampler's hyperparameter R-hat failed within ``costs.max_rhat_chainwise``
         (``health.ok`` is False): forgets were made only where every chain agrees
         (``p_useful_chain_max`` below ``forget_below``).
+    out_of_reach : float or None
+        When no draw of any memory's estimand is above the threshold, the largest
+        draw (the estimand's units): every identified memory then counts as
+        useless whatever its data, and the forgets are the threshold's. None
+        otherwise.
     """
 
     table: pd.DataFrame
@@ -147,6 +163,7 @@ class Decisions:
     store: Any = None
     texts: pd.Series | None = None
     chainwise: bool = False
+    out_of_reach: float | None = None
 
     def __len__(self) -> int:
         return len(self.table)
@@ -206,6 +223,8 @@ class Decisions:
                 "be the prior's decision): expose them as exposures_needed says, then decide "
                 "again."
             )
+        if self.out_of_reach is not None:
+            parts.append(out_of_reach_text(self.rule.variable, self.costs.threshold, self.out_of_reach))
         if self.capacity_shortfall:
             parts.append(
                 f"Capacity {self.costs.capacity} is not met: {self.capacity_shortfall} more "
