@@ -148,8 +148,7 @@ def main() -> None:
     stem = "gated" if args.preset == "locomo-window" else "gated_nearmiss"
     out = args.out or f"reports/simulation/{stem}{'_monotone' if args.gate_rank_monotone else ''}.md"
     flag = " --gate-rank-monotone" if args.gate_rank_monotone else " --no-gate-rank-monotone"
-    model_text = "pair_model=\"gated\", gate_rank_monotone=True" if args.gate_rank_monotone else (
-        "pair_model=\"gated\", gate_rank_monotone=False")
+    model_text = f"pair_model=\"gated\", gate_rank_monotone={args.gate_rank_monotone}"
     from cmp_bayes.atomic import write_text_atomic
 
     load_before = _load()
