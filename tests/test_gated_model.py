@@ -38,11 +38,12 @@ N_MEM, N_Q, T = 8, 4, 480
 STRONG = ("m0", "q0")
 
 
-def _write_log(path, seed: int = 0, depth: int | None = None) -> None:
+def _write_log(path, seed: int = 0, depth: int | None = None, saturated: str | None = None) -> None:
     """A balanced pool design (B = k = 1): m0 adds +0.5 to q0's success rate, nothing elsewhere.
 
     Each step ranks the memories for its query (m0 first for q0, last elsewhere),
-    the ranking cut to its first ``depth`` memories when given.
+    the ranking cut to its first ``depth`` memories when given. Every step of
+    the query ``saturated`` succeeds (a question the reader always answers).
     """
     rng = np.random.default_rng(seed)
     mems = [f"m{i}" for i in range(N_MEM)]
@@ -53,6 +54,7 @@ def _write_log(path, seed: int = 0, depth: int | None = None) -> None:
         q = t % N_Q
         m = mems[deal[t]]
         p = 0.3 + (0.5 if (m, f"q{q}") == STRONG else 0.0)
+        p = 1.0 if f"q{q}" == saturated else p
         others = [x for x in mems if x != "m0"]
         rng.shuffle(others)
         ranking = ["m0", *others] if q == 0 else [*others, "m0"]
@@ -121,8 +123,10 @@ def test_pair_likelihood_equals_direct_computation(gd) -> None:
     for row, pair in enumerate(gd.informative[:5]):
         a = {n: v[pair] for n, v in gd.arms.items()}
         base = sps.beta.ppf(nodes, a["control_outcome_sum"] + 0.5, a["control"] - a["control_outcome_sum"] + 0.5)
-        prob = np.clip(base[:, None] + pts[None, :], 1e-6, 1 - 1e-6)
-        lik = sps.binom.pmf(a["exposed_outcome_sum"], a["exposed"], prob).mean(axis=0)  # (G,)
+        raw = base[:, None] + pts[None, :]
+        ok = (raw >= 0) & (raw <= 1)  # the truncated likelihood: an infeasible b + tau has no mass
+        lik = (sps.binom.pmf(a["exposed_outcome_sum"], a["exposed"], np.clip(raw, 0, 1)) * ok).mean(axis=0)
+        assert not ok.all()  # the grid's ends are infeasible at this baseline: the truncation matters
         direct = p[pair] * lik + (1 - p[pair]) * (null_pmf @ lik)
         ratio = gated[row] / direct  # the grid rows drop a constant per pair
         np.testing.assert_allclose(ratio, ratio[0], rtol=1e-9)
@@ -371,6 +375,31 @@ def test_monotone_gate_never_puts_an_unranked_pair_above_a_ranked_one(tmp_path) 
     free = ModelConfig(pair_model="gated", gate_rank_monotone=False)
     assert "gate_never_penalty" not in gated_hyper_shapes(
         gated_data(exposure_stats(lg), exposure_stats(lg, by="pair"), free), free)
+
+
+def test_a_query_that_always_succeeds_is_no_evidence_of_relevance(tmp_path) -> None:
+    # Every step of q1 succeeds, exposed or not: no memory can show an effect there. Clipped,
+    # b + tau above 1 fits as well as 1 does, so each q1 pair fitted "relevant, helps" a little
+    # better than "does nothing" (over LoCoMo's 31,434 randomized pairs this put the null at
+    # -0.10 and called a third of all pairs relevant); truncated, an effect that has no room
+    # is evidence against relevance there.
+    _write_log(tmp_path, saturated="q1")
+    lg = read_log(tmp_path)
+    stats, pairs = exposure_stats(lg), exposure_stats(lg, by="pair")
+    got = {}
+    for bound in ("clip", "truncate"):
+        cfg = ModelConfig(pair_model="gated", prior_family="mixture", learn_null_mean=False, effect_bound=bound)
+        g = gated_data(stats, pairs, cfg)
+        theta = _theta(g, weight_intercept=np.array([0.0, -30.0]))  # delta helps: a positive effect
+        hyper = {k: v[None] for k, v in theta.items()}
+        rec = recover_gated(g, hyper, np.random.default_rng(0), jitter=False)
+        prior_p = gate_probability(g, theta["gate_intercept"], theta.get("gate_coef"))
+        q1 = np.flatnonzero((np.asarray(g.pairs["query_id"].values).astype(str) == "q1")
+                            & (g.arms["exposed"] > 0))
+        assert q1.size == N_MEM
+        got[bound] = rec.pair_p_relevant_mean[q1] / prior_p[q1]
+    assert (got["clip"] > 1.0).all()  # the clipped likelihood leans towards an effect
+    assert (got["truncate"] < 1.0).all()
 
 
 def test_config_file_bools_must_be_booleans() -> None:

@@ -61,7 +61,11 @@ class ModelConfig:
         restricted to b + tau in [0, 1] (normalised). "clip": b + tau is clipped, so
         every tau above 1 - b fits the data as well as 1 - b does (the earlier model;
         its posterior mean ranked memories of high-baseline queries too high; see
-        docs/model.md). The per-query variant's pair likelihoods always clip.
+        docs/model.md). The per-query variant's pair likelihoods always clip. The
+        gated pair model follows this setting but does not renormalise its
+        truncated prior: a query whose controls always succeed leaves no room for
+        a large effect, and its pairs count as evidence against one (clipped, on
+        LoCoMo, they put the null at -0.10 and called a third of pairs relevant).
     use_rank : bool
         Let the mixture weights (and retrievability) depend on the retriever's rank
         covariates (log1p of the memory's rank summary, never-ranked indicator) when

@@ -19,7 +19,8 @@ small but not exactly 0, as in the memory-level model. Both z and delta are
 integrated out on the grid. Per pair the likelihood of delta at grid point g is
 ``p_mq exp(L_mq,g) + (1 - p_mq) sum_h null_h exp(L_mq,h)`` (with s0 -> 0 the
 second term is ``exp(L_mq,0)``), where
-``L_mq`` (the pair's exposed arm against its controls, :func:`pair_arms`) is
+``L_mq`` (the pair's exposed arm against its controls, :func:`pair_arms`,
+truncated to b + tau in [0, 1] under the default ``effect_bound``) is
 computed once as data; a memory's marginal likelihood is
 ``sum_g prior_g(theta) prod_q [...]``. Only the pairs with exposures enter the
 graph (a pair without any has a flat L and contributes exactly 0), through one
@@ -67,7 +68,8 @@ class GatedData:
         Each pair's memory (row of ``base.memory``); pairs sorted by memory.
     loglik : ndarray, shape (N, G)
         Pair log-likelihood of tau on the grid, each informative row shifted to
-        maximum 0; rows without exposures are 0.
+        maximum 0; rows without exposures are 0 (``-inf`` where the truncated
+        likelihood makes tau infeasible).
     informative : ndarray of int, shape (Ni,)
         Pairs with at least one exposure (pool or window arm).
     x : ndarray, shape (N, P)
@@ -178,7 +180,12 @@ def gated_data(stats: xr.Dataset, pairs: xr.Dataset, config: ModelConfig) -> Gat
         pairs = pairs.isel(pair=order)
         pair_memory = pair_memory[order]
     arms = pair_arms(pairs, kind)
-    loglik = log_likelihood(arms, base.grid, kind, config.baseline_nodes, bound="clip")
+    # Truncated, not clipped, and not renormalised: a query whose controls always
+    # succeed (or always fail) leaves no room for a large effect, and that is evidence.
+    # Clipped, each of its pairs fitted an effect slightly better than none, and over
+    # LoCoMo's 31,434 randomized pairs that put the null at -0.10 and called a third of
+    # all pairs relevant (reports/benchmarks/fit_pairs.md, "Clipped or truncated").
+    loglik = log_likelihood(arms, base.grid, kind, config.baseline_nodes, bound=config.effect_bound)
     x, x_never, names = gate_covariates(pairs, config.rank_summary) if config.use_rank else (
         np.zeros((pair_memory.size, 0)), np.zeros(0), [])
     return GatedData(
