@@ -256,3 +256,31 @@ def test_memory_inputs_main_group_is_main_group_of_the_stats():
     np.testing.assert_array_equal(group, main_group(by_group))
     want = by_group["group"].values[by_group["in_store"].values.argmax(axis=1)]
     np.testing.assert_array_equal(group, want.astype(str))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.integers(0, 2**31 - 1), n=st.integers(0, 300), n_major=st.integers(1, 40),
+    low=st.integers(-5, 5), span=st.integers(1, 50),
+)
+def test_sorted_pairs_is_the_lexsort_of_both_keys(seed, n, n_major, low, span):
+    from cmp_bayes.statistics.kernels import grouped_median_min, sorted_pairs
+
+    rng = np.random.default_rng(seed)
+    major = rng.integers(0, n_major, n)
+    minor = rng.integers(low, low + span, n)
+    order = np.lexsort((minor, major))
+    got = sorted_pairs(major, minor, n_major)
+    assert got is not None
+    np.testing.assert_array_equal(got[0], major[order])
+    np.testing.assert_array_equal(got[1], minor[order])
+    # past an int64 the packed key does not fit: None, and grouped_median_min lexsorts
+    assert n == 0 or sorted_pairs(major, minor, 2**62) is None
+    assert sorted_pairs(major, minor.astype(np.float64), n_major) is None
+    med, best = grouped_median_min(major, minor, n_major)
+    for k in range(n_major):
+        vals = minor[major == k]
+        if vals.size:
+            assert med[k] == np.median(vals) and best[k] == vals.min()
+        else:
+            assert np.isnan(med[k]) and np.isnan(best[k])

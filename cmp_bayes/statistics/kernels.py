@@ -242,13 +242,37 @@ def is_binary(outcome: np.ndarray) -> bool:
     return bool(np.all((outcome == 0.0) | (outcome == 1.0)))
 
 
+def sorted_pairs(major: np.ndarray, minor: np.ndarray, n_major: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(major, minor)`` sorted by major, then minor, for integer keys with ``0 <= major < n_major``.
+
+    Both packed into one int64 (``major * span + minor - min(minor)``) and sorted once:
+    a 10M-entry ranking sorts in a fraction of the time ``np.lexsort`` takes on the two
+    keys. None where the packed key would not fit in an int64 (the caller lexsorts).
+    """
+    if not (np.issubdtype(minor.dtype, np.integer) and np.issubdtype(major.dtype, np.integer)):
+        return None
+    if len(minor) == 0:
+        return major.astype(np.int64), minor.astype(np.int64)
+    low, high = int(minor.min()), int(minor.max())
+    span = high - low + 1
+    if n_major * span >= np.iinfo(np.int64).max // 2:
+        return None
+    packed = major.astype(np.int64) * span + (minor.astype(np.int64) - low)
+    packed.sort()
+    return packed // span, packed % span + low
+
+
 def grouped_median_min(key: np.ndarray, value: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
     """Median and minimum of ``value`` within each ``key`` in [0, size); NaN for empty keys."""
     med, low = np.full(size, np.nan), np.full(size, np.nan)
     if len(key) == 0:
         return med, low
-    order = np.lexsort((value, key))
-    k, v = key[order], value[order].astype(np.float64)
+    packed = sorted_pairs(key, value, size)
+    if packed is not None:
+        k, v = packed[0], packed[1].astype(np.float64)
+    else:
+        order = np.lexsort((value, key))
+        k, v = key[order], value[order].astype(np.float64)
     counts = np.bincount(k, minlength=size)
     starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
     has = counts > 0

@@ -41,6 +41,7 @@ from cmp_bayes.statistics.kernels import (
     positions,
     row_outcomes,
     slot_arm,
+    sorted_pairs,
     sorted_unique,
     to_index,
 )
@@ -236,12 +237,21 @@ def ranking_entries(
     rank = r["rank"].to_numpy(np.int64)
     keep = rcode >= 0
     rcode, rstep, rank = rcode[keep], rstep[keep], rank[keep]
-    order = np.lexsort((rank, rcode, rstep))
-    rcode, rstep, rank = rcode[order], rstep[order], rank[order]
+    # entries ordered by (step, memory, rank): the step's position times the memories
+    # is one integer key, sorted with the rank in one pass where it fits an int64
+    n_mem = max(len(memory), 1)
+    pos = np.searchsorted(step_vals, rstep)
+    packed = sorted_pairs(pos * n_mem + rcode, rank, len(step_vals) * n_mem)
+    if packed is not None:
+        entry, rank = packed
+        pos, rcode = entry // n_mem, entry % n_mem
+    else:
+        order = np.lexsort((rank, rcode, pos))
+        pos, rcode, rank = pos[order], rcode[order], rank[order]
     first = np.ones(len(rcode), dtype=bool)
-    first[1:] = (rcode[1:] != rcode[:-1]) | (rstep[1:] != rstep[:-1])
-    rcode, rstep, rank = rcode[first], rstep[first], rank[first]
-    return rcode * n_cells + cell_of_step[np.searchsorted(step_vals, rstep)], rank
+    first[1:] = (rcode[1:] != rcode[:-1]) | (pos[1:] != pos[:-1])
+    rcode, pos, rank = rcode[first], pos[first], rank[first]
+    return rcode * n_cells + cell_of_step[pos], rank
 
 
 def _ranking_stats(
