@@ -151,7 +151,8 @@ def test_potential_equals_sum_over_memories(gd) -> None:
 def test_recovery_matches_enumeration_of_the_gates(gd) -> None:
     theta = _theta(gd)
     prior, null_pmf, p = _pieces(gd, theta)
-    lik = np.exp(gd.loglik)
+    lik = np.ones((gd.pair_memory.size, gd.base.grid.points.size))  # a pair without exposures: flat
+    lik[gd.informative] = np.exp(gd.loglik)
     null_lik = lik @ null_pmf
     pts = gd.base.grid.points
     s = 400

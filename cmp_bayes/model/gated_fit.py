@@ -81,6 +81,7 @@ def fit_gated(
     from cmp_bayes.posterior.provenance import with_memory_text
 
     gd = gated_data(stats, pairs, config)
+    del pairs  # gd keeps the variables it reads; the rest is freed with the caller's copy
     model = build_gated_model(gd, config)
     names = list(gated_hyper_shapes(gd, config))
     post, sample_stats, step, attempts = sample_until_healthy(model, scfg, names)
@@ -130,19 +131,11 @@ def fit_gated(
     return tree
 
 
-def _pair_coords(gd: GatedData) -> dict[str, tuple[str, np.ndarray]]:
-    p = gd.pairs
-    return {
-        "memory_id": ("pair", np.asarray(p["memory_id"].values).astype(str).astype(object)),
-        "query_id": ("pair", np.asarray(p["query_id"].values).astype(str).astype(object)),
-    }
-
-
 def gated_draws(ds: xr.Dataset, rec: GatedRecovered, gd: GatedData) -> xr.Dataset:
     """``ds`` (hyperparameters over chain, draw) with the gated model's pair and memory variables."""
     c, d = ds.sizes["chain"], ds.sizes["draw"]
     n, m = gd.pair_memory.size, gd.base.memory.size
-    out = ds.assign_coords({"memory": gd.base.memory.astype(object), **_pair_coords(gd)})
+    out = ds.assign_coords({"memory": gd.base.memory.astype(object), **gd.pair_coords})
     pair_dims, mem_dims = ("chain", "draw", "pair"), ("chain", "draw", "memory")
     values = {
         "tau": rec.tau, "rho": rec.rho, "utility": (rec.rho * rec.tau).astype(np.float32),
@@ -169,7 +162,7 @@ def _observed(gd: GatedData) -> xr.Dataset:
         "exposed", "exposed_outcome_sum", "control", "control_outcome_sum", "retrieved", "in_store",
         "window_eligible", "window_exposed", "window_certain",
     )
-    ds = xr.Dataset({k: ("pair", np.asarray(p[k].values)) for k in names}, coords=_pair_coords(gd))
+    ds = xr.Dataset({k: ("pair", np.asarray(p[k].values)) for k in names}, coords=gd.pair_coords)
     ds["gated_exposed"] = ("pair", gd.arms["exposed"])
     ds["gated_exposed_outcome_sum"] = ("pair", gd.arms["exposed_outcome_sum"])
     ds["gated_exposed"].attrs["description"] = "pool exposures + window exposures with pi_t < 1"
@@ -202,16 +195,18 @@ def pair_identification(gd: GatedData, rec: GatedRecovered | None = None) -> xr.
     pool = np.asarray(p["exposed"].values) >= 1
     window = (np.asarray(p["window_exposed"].values) - np.asarray(p["window_certain"].values)) >= 1
     retrieved = np.asarray(p["retrieved"].values) >= 1
-    status = np.where(pool | window, IDENTIFIED, np.where(retrieved, RETRIEVED_ONLY, UNIDENTIFIED))
+    # one string object per status, not one per pair
+    names = np.array([IDENTIFIED, RETRIEVED_ONLY, UNIDENTIFIED], dtype=object)
+    status = names[np.where(pool | window, 0, np.where(retrieved, 1, 2))]
     ds = xr.Dataset(
         {
-            "status": ("pair", status.astype(object)),
+            "status": ("pair", status),
             "eligible_pool": ("pair", np.asarray(p["in_pool"].values, dtype=bool)),
             "eligible_window": ("pair", np.asarray(p["window_eligible"].values) > 0),
             "exposed": ("pair", np.asarray(gd.arms["exposed"], dtype=np.int64)),
             "retrieved": ("pair", np.asarray(p["retrieved"].values, dtype=np.int64)),
         },
-        coords=_pair_coords(gd),
+        coords=gd.pair_coords,
     )
     ds["status"].attrs["description"] = "design status of the pair (randomized exposure under either arm)"
     if rec is not None:

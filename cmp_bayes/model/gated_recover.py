@@ -26,7 +26,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cmp_bayes.model.gated import GatedData, gate_probability
+from cmp_bayes.model.gated import GatedData, class_probability
+from cmp_bayes.model.gated_recover_kernel import (
+    class_memory_means,
+    memory_products,
+    pair_moments,
+    stored_pair_terms,
+)
 from cmp_bayes.model.recover import compile_prior_terms, sample_rows
 
 
@@ -88,6 +94,9 @@ def recover_gated(
     per-draw arrays are returned; the moments average over all S. A shared store has
     about a million pairs: a thousand draws of four float32 pair variables would be
     16 GB, while the exact per-pair means need every draw but store one number each.
+    The randomized pairs' terms are computed by the kernels of
+    :mod:`cmp_bayes.model.gated_recover_kernel`; the pairs without data by covariate
+    class and memory, averaged over the draws at the end.
     """
     base = gd.base
     grid = base.grid
@@ -99,35 +108,58 @@ def recover_gated(
     slot[store] = np.arange(store.size)
     fn = compile_prior_terms(base, np.zeros(1, dtype=np.int64))
     inf = gd.informative if use_data else np.zeros(0, dtype=np.int64)
-    lik = np.exp(gd.loglik[inf])  # (Ni, G)
+    lik, unit = (gd.lik_rows, gd.lik_unit) if use_data else (np.ones((0, pts.size)), np.zeros(0, dtype=np.int64))
     inf_mem = gd.pair_memory[inf]
-    unf = np.setdiff1d(np.arange(n), inf)
+    # the memories with randomized pair data, and where each one's pairs start in ``inf``
+    bounds = np.flatnonzero(np.r_[True, inf_mem[1:] != inf_mem[:-1], True]) if inf.size else np.zeros(1, np.int64)
+    kmem = inf_mem[bounds[:-1]]
+    unf = np.ones(n, dtype=bool)
+    unf[inf] = False
+    unf_idx = np.flatnonzero(unf)
+    cls = gd.covariate_class
+    unf_cls, unf_mem = cls[unf_idx], gd.pair_memory[unf_idx]
     has_pair = np.bincount(gd.pair_memory, minlength=m) > 0
     n_pairs = np.maximum(np.bincount(gd.pair_memory, minlength=m), 1)
     positive = pts > 0
+    first_positive = int(np.argmax(positive))
     basis = np.column_stack([np.ones_like(pts), pts, pts**2, positive.astype(np.float64)])
     out = {k: np.empty((store.size, n), dtype=np.float32) for k in ("tau", "rho", "p_relevant")}
     mem = {k: np.empty((store.size, m), dtype=np.float32) for k in ("tau_relevant", "p_relevant_any", "rho", "tau")}
     acc = {k: np.zeros(m) for k in ("pm", "pm2", "pv", "qm", "qm2", "qv", "ppos", "phelp")}
     pair_acc = {k: np.zeros(n) for k in ("tau", "p_relevant", "p_relevant_positive")}
+    # the pairs without data, in blocks of draws: per draw one gate probability per covariate
+    # class and E[delta], P(delta > 0) per memory (block x classes floats at most ~5M)
+    n_class = gd.class_x.shape[0]
+    block = max(1, min(s, 5_000_000 // max(n_class, 1)))
+    buf_p = np.empty((n_class, block))
+    buf_mean, buf_pos = np.empty((m, block)), np.empty((m, block))
+    buf_null = np.empty(block)
+    filled = 0
+
+    def flush() -> None:
+        if filled and unf_idx.size:
+            sp, st, spos = class_memory_means(
+                buf_p[:, :filled], buf_mean[:, :filled], buf_pos[:, :filled], buf_null[:filled], unf_cls, unf_mem,
+            )
+            pair_acc["p_relevant"][unf_idx] += sp
+            pair_acc["tau"][unf_idx] += st
+            pair_acc["p_relevant_positive"][unf_idx] += spos
+
     y_m, n_m = base.retrieved, base.in_store
     y_q = np.asarray(gd.pairs["retrieved"].values, dtype=np.float64)
     n_q = np.asarray(gd.pairs["in_store"].values, dtype=np.float64)
+    coefs = hyper.get("gate_coef")
     for i in range(s):
         pmf, weight, ra, rb = fn({k: v[i] for k, v in hyper.items()})
         w = np.r_[0.0, weight[0, 1:] / weight[0, 1:].sum()]  # delta: helps / hurts only
         prior = w @ pmf  # (G,)
         null_pmf = pmf[0]
-        p = gate_probability(gd, hyper["gate_intercept"][i], hyper.get("gate_coef", [None] * s)[i])
-        # per informative pair: the gated likelihood of delta and P(z = 1 | delta)
-        pi = p[inf, None]
-        num = pi * lik
-        null_lik = lik @ null_pmf  # (Ni,): the pair's likelihood when irrelevant
-        den = np.maximum(num + ((1 - pi[:, 0]) * null_lik)[:, None], 1e-300)
-        resp_z = num / den  # (Ni, G)
-        logpost = _segment_sum(np.log(den), inf_mem, m)  # (M, G): 0 rows for memories without data
-        logpost -= logpost.max(axis=1, keepdims=True)
-        lp = np.exp(logpost)
+        pc = class_probability(gd, hyper["gate_intercept"][i], None if coefs is None else coefs[i])
+        p_inf = pc[cls[inf]]
+        null_u = lik @ null_pmf  # (U,): a likelihood row's value when irrelevant
+        lp = np.ones((m, pts.size))
+        if inf.size:
+            lp[kmem] = memory_products(lik, null_u, unit, bounds, p_inf)
         comp = lp @ pmf.T  # (M, 3): mass of each component times the likelihood
         resp_k = w[None, :] * comp
         marg = resp_k.sum(axis=1, keepdims=True)
@@ -143,42 +175,46 @@ def recover_gated(
         acc["qm"] += qt[1]
         acc["qm2"] += qt[1] ** 2
         acc["qv"] += max(qt[2] - qt[1] ** 2, 0.0)
-        # P(z = 1 | theta, data) per pair; uninformative pairs keep their gate prior
-        p_rel = p.copy()
-        post_inf = post[inf_mem]  # (Ni, G): each informative pair's memory's posterior of delta
-        if inf.size:
-            p_rel[inf] = np.einsum("ig,ig->i", post_inf, resp_z)
-        # E[tau | theta, data]: z delta + (1 - z) x the pair's null effect; a pair without data
-        # has z independent of delta (its likelihood is flat), one with data its r_mqg
         null_mean = float(null_pmf @ pts)
-        e_tau = p * mt[gd.pair_memory, 1] + (1 - p) * null_mean
+        # pairs with data: P(z = 1), E[tau] (z delta + (1 - z) x the pair's null posterior mean)
+        # and P(z = 1 and delta > 0) given theta; "relevant" alone also counts a memory that hurts
         if inf.size:
-            null_post_mean = ((lik * null_pmf[None, :]) @ pts) / np.maximum(null_lik, 1e-300)
-            e_tau[inf] = np.einsum("ig,ig->i", post_inf, resp_z * pts[None, :]) + (1 - p_rel[inf]) * null_post_mean
-        pair_acc["tau"] += e_tau
-        pair_acc["p_relevant"] += p_rel
-        # P(z = 1 and delta > 0): "relevant" alone also counts a memory that hurts the query
-        p_pos = p * mt[gd.pair_memory, 3]
-        if inf.size:
-            p_pos[inf] = np.einsum("ig,ig->i", post_inf[:, positive], resp_z[:, positive])
-        pair_acc["p_relevant_positive"] += p_pos
+            null_post_mean = ((lik * null_pmf[None, :]) @ pts) / np.maximum(null_u, 1e-300)
+            p_rel_inf, e_tau_inf, p_pos_inf = pair_moments(
+                lik, null_u, null_post_mean, unit, bounds, p_inf, post[kmem], pts, first_positive,
+            )
+            pair_acc["p_relevant"][inf] += p_rel_inf
+            pair_acc["tau"][inf] += e_tau_inf
+            pair_acc["p_relevant_positive"][inf] += p_pos_inf
+        # pairs without data: z independent of delta (the likelihood is flat), P(z = 1) = p
+        buf_p[:, filled] = pc
+        buf_mean[:, filled] = mt[:, 1]
+        buf_pos[:, filled] = mt[:, 3]
+        buf_null[filled] = null_mean
+        filled += 1
+        if filled == block:
+            flush()
+            filled = 0
         j = slot[i]
         if j < 0:
             continue  # only the moments keep this draw
+        p = pc[cls]
+        p_rel = p.copy()
+        cell = sample_rows(post, np.arange(m), rng.random(m))
+        pz = p.copy()
         # P(delta > 0 and some z = 1): prod_q (1 - r_mqg) over the memory's pairs
-        log_none = _segment_sum(np.log1p(-np.minimum(resp_z, 1 - 1e-15)), inf_mem, m)
-        log_none += _segment_sum(np.log1p(-p[unf]), gd.pair_memory[unf], m)[:, None]
+        log_none = np.zeros((m, pts.size))
+        if inf.size:
+            p_rel[inf] = p_rel_inf
+            pz[inf], log_none[kmem] = stored_pair_terms(lik, null_u, unit, bounds, p_inf, cell[kmem])
+        log_none += _segment_sum(np.log1p(-p[unf_idx]), unf_mem, m)[:, None]
         mem["p_relevant_any"][j] = (post[:, positive] * -np.expm1(log_none[:, positive])).sum(axis=1)
         # draws: delta per memory, then z per pair given delta's cell
-        cell = sample_rows(post, np.arange(m), rng.random(m))
         delta = edges[cell] + rng.random(m) * widths[cell] if jitter else pts[cell]
-        pz = p.copy()
-        if inf.size:
-            pz[inf] = resp_z[np.arange(inf.size), cell[inf_mem]]
         z = rng.random(n) < pz
         # an irrelevant pair's null effect: its null posterior (the null pmf where it has no data)
         rows = np.zeros(n, dtype=np.int64)
-        rows[inf] = np.arange(1, inf.size + 1)
+        rows[inf] = unit + 1
         ncell = sample_rows(np.vstack([null_pmf[None, :], lik * null_pmf[None, :]]), rows, rng.random(n))
         null_tau = edges[ncell] + rng.random(n) * widths[ncell] if jitter else pts[ncell]
         tau = np.where(z, delta[gd.pair_memory], null_tau)
@@ -186,9 +222,8 @@ def recover_gated(
         out["p_relevant"][j] = p_rel
         mem["tau_relevant"][j] = delta
         # a memory without pairs: one pair of the never-ranked kind, from the gate's prior
-        coef = hyper.get("gate_coef")
         eta0 = float(hyper["gate_intercept"][i]) + (
-            float(gd.x_never @ coef[i]) if coef is not None and gd.covariate_names else 0.0
+            float(gd.x_never @ coefs[i]) if coefs is not None and gd.covariate_names else 0.0
         )
         z0 = rng.random(m) < 1.0 / (1.0 + np.exp(-eta0))
         mean_tau = _segment_sum(tau, gd.pair_memory, m) / n_pairs
@@ -200,6 +235,7 @@ def recover_gated(
         else:
             mem["rho"][j] = rng.beta(ra_m, rb_m, size=m)
             out["rho"][j] = rng.beta(ra_m, rb_m, size=n)
+    flush()
     post_mean = acc["pm"] / s
     prior_mean = acc["qm"] / s
     return GatedRecovered(
