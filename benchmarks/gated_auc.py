@@ -1,7 +1,8 @@
 """AUCs of a gated posterior against a log's labels (issue 16, Done-when 3).
 
 Memory level: the posterior means of ``tau_relevant``, ``p_relevant_any``,
-``tau_memory`` and ``utility_memory`` (required = required for some question).
+``tau_memory`` and ``utility_memory``, and ``identification.p_relevant_max``
+(required = required for some question).
 Pair level: ``pair_identification.tau_mean`` and ``p_relevant_mean``, the
 stored draws' mean of ``p_relevant``, and the retriever's best rank alone. All through :func:`cmp_bayes.evaluation.evaluate` (bootstrap
 intervals). Used for reports/benchmarks/fit_pairs.md:
@@ -38,6 +39,10 @@ def main() -> None:
         frame = pd.DataFrame({"memory_id": post["memory"].values.astype(str),
                               "score": post[v].mean(("chain", "draw")).values, "status": status})
         rows[f"memory {v}"] = evaluate(log, frame, level="memory", n_boot=args.n_boot)
+    if "p_relevant_max" in tree["identification"]:
+        frame = pd.DataFrame({"memory_id": post["memory"].values.astype(str),
+                              "score": tree["identification"]["p_relevant_max"].values, "status": status})
+        rows["memory p_relevant_max"] = evaluate(log, frame, level="memory", n_boot=args.n_boot)
     pid = tree["pair_identification"]
     pairs = pd.DataFrame({"memory_id": pid["memory_id"].values.astype(str),
                           "query_id": pid["query_id"].values.astype(str),

@@ -32,6 +32,7 @@ import sys
 import time
 
 import numpy as np
+import pandas as pd
 
 #: the preset's 600 memories x 200 queries cut to what the shared machine fits in minutes
 SIZE = {"memories": 200, "queries": 60, "repeats": 10}
@@ -44,6 +45,7 @@ def one(seed: int, draws: int, preset: str = "locomo-window", monotone: bool = F
     from cmp_bayes.model.config import ModelConfig
     from cmp_bayes.model.fit import fit
     from cmp_bayes.simulation.simulator import SimulationConfig, simulate
+    from cmp_bayes.statistics import exposure_stats
 
     log = simulate(SimulationConfig.preset(preset, **SIZE), seed=seed)
     t0 = time.perf_counter()
@@ -95,13 +97,20 @@ def one(seed: int, draws: int, preset: str = "locomo-window", monotone: bool = F
     y_mem = req_mem.to_numpy(dtype=bool)
     tr = post["tau_relevant"].values.reshape(-1, mids.size).mean(axis=0)
     pany = post["p_relevant_any"].values.reshape(-1, mids.size).mean(axis=0)
+    pmax = tree["identification"]["p_relevant_max"].values
+    # the two memory-level scores a user has without CMP: the best rank any query gave the
+    # memory (best first, never ranked last) and the logged success rate while retrieved
+    mstats = exposure_stats(log)
+    mrank = pd.Series(mstats["rank_best"].values.astype(float), index=mstats["memory"].values.astype(str)).reindex(mids)
+    best_rank = np.where(np.isfinite(mrank), -mrank, -np.inf)
+    logged = estimate(log, method="logged-success")
+    lsucc = logged.set_index(logged["memory_id"].astype(str))["estimate"].reindex(mids).to_numpy(dtype=float)
+    lsucc = np.where(np.isfinite(lsucc), lsucc, -np.inf)
     attempts = tree.attrs.get("fit_attempt_kept")
     # every labelled pair: the exact posterior means (every draw) and the retriever's rank alone
     pid = tree["pair_identification"]
     tau_mean = pid["tau_mean"].values[at]
     p_rel = pid["p_relevant_mean"].values[at]
-    from cmp_bayes.statistics import exposure_stats
-
     ps = exposure_stats(log, by="pair")
     pkey = (ps["memory_id"].values.astype(str).astype(object) + "\x00" + ps["query_id"].values.astype(str).astype(object))
     rank_of = dict(zip(pkey, ps["rank_best"].values.astype(float), strict=True))
@@ -120,6 +129,7 @@ def one(seed: int, draws: int, preset: str = "locomo-window", monotone: bool = F
         "auc_post_rnd": auc(mean[rnd], req[rnd]), "auc_contrast_rnd": auc(contrast[rnd], req[rnd]),
         "mem_required": int(y_mem.sum()), "memories": int(mids.size),
         "auc_tau_relevant": auc(tr, y_mem), "auc_p_any": auc(pany, y_mem), "auc_best_pair": auc(best_v, y_mem),
+        "auc_p_max": auc(pmax, y_mem), "auc_mem_rank": auc(best_rank, y_mem), "auc_logged": auc(lsucc, y_mem),
         "divergences": int(np.asarray(tree["sample_stats"]["diverging"].values).sum()),
         "attempt_kept": attempts,
         "auc_tau_mean_all": auc(tau_mean, req), "auc_p_relevant_all": auc(p_rel, req),
@@ -225,18 +235,28 @@ def main() -> None:
         "",
         "## Memory AUC (required for some query vs not)",
         "",
-        "| seed | memories (required) | tau_relevant | p_relevant_any | best pair contrast | tau_relevant - best pair |",
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
+        "| seed | memories (required) | tau_relevant | p_relevant_any | p_relevant_max | best pair contrast "
+        "| tau_relevant - best pair | best rank | logged success |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
         lines.append(
             f"| {r['seed']} | {r['memories']} ({r['mem_required']}) | {r['auc_tau_relevant']:.3f} | {r['auc_p_any']:.3f} "
-            f"| {r['auc_best_pair']:.3f} | {r['auc_tau_relevant'] - r['auc_best_pair']:+.3f} |"
+            f"| {r['auc_p_max']:.3f} | {r['auc_best_pair']:.3f} | {r['auc_tau_relevant'] - r['auc_best_pair']:+.3f} "
+            f"| {r['auc_mem_rank']:.3f} | {r['auc_logged']:.3f} |"
         )
     lines.append(
-        f"| mean | | {mean['auc_tau_relevant']:.3f} | {mean['auc_p_any']:.3f} | {mean['auc_best_pair']:.3f} "
-        f"| {mean['auc_tau_relevant'] - mean['auc_best_pair']:+.3f} |"
+        f"| mean | | {mean['auc_tau_relevant']:.3f} | {mean['auc_p_any']:.3f} | {mean['auc_p_max']:.3f} "
+        f"| {mean['auc_best_pair']:.3f} | {mean['auc_tau_relevant'] - mean['auc_best_pair']:+.3f} "
+        f"| {mean['auc_mem_rank']:.3f} | {mean['auc_logged']:.3f} |"
     )
+    lines += [
+        "",
+        "`p_relevant_max` is `identification.p_relevant_max` (the memory's best pair's P(z = 1 | data)); "
+        "best rank and logged success are the scores a memory system has without CMP "
+        "(the best rank any query gave the memory; its success rate while retrieved; a memory never "
+        "ranked or never retrieved scores last).",
+    ]
     lines += [
         "",
         "## Pair AUC over every labelled pair: the posterior's exact means and the rank alone",

@@ -186,6 +186,7 @@ def test_recovery_matches_enumeration_of_the_gates(gd) -> None:
         np.testing.assert_allclose(rec.pair_p_relevant_positive_mean[pairs], p_pos / total, rtol=1e-9, atol=1e-15)
         assert (rec.pair_p_relevant_positive_mean[pairs] <= rec.pair_p_relevant_mean[pairs] + 1e-12).all()
         np.testing.assert_allclose(rec.pair_tau_mean[pairs], e_tau / total, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(rec.p_relevant_max[i], (p_rel / total).max(), rtol=1e-9)
         post = joint / total
         np.testing.assert_allclose(rec.post_mean[i], post @ pts, rtol=1e-9, atol=1e-12)
         # the draws of delta follow that posterior (Monte Carlo, 400 draws)
@@ -408,3 +409,24 @@ def test_config_file_bools_must_be_booleans() -> None:
     with pytest.raises(ConfigError, match="'gate_rank_monotone' must be true or false"):
         ModelConfig.from_dict({"pair_model": "gated", "gate_rank_monotone": "yes"})
     assert ModelConfig.from_dict({"gate_rank_monotone": True}).gate_rank_monotone is True
+
+
+def test_p_relevant_max_is_the_best_pair_or_the_never_ranked_prior(log) -> None:
+    # drop every pair of m5: a memory the pair statistics never saw keeps the prior of a
+    # never-ranked pair, averaged over the draws; the others their best pair's P(z = 1 | data)
+    pairs = exposure_stats(log, by="pair")
+    keep = np.asarray(pairs["memory_id"].values).astype(str) != "m5"
+    cfg = ModelConfig(pair_model="gated", prior_family="mixture", learn_null_mean=False)
+    g = gated_data(exposure_stats(log), pairs.isel(pair=np.flatnonzero(keep)), cfg)
+    draws = [_theta(g, gate_intercept=v) for v in (-2.0, -0.5)]
+    hyper = {k: np.stack([d[k] for d in draws]) for k in draws[0]}
+    rec = recover_gated(g, hyper, np.random.default_rng(4), jitter=False)
+    memory = list(g.base.memory)
+    for i, m in enumerate(memory):
+        rows = g.pair_memory == i
+        if m == "m5":
+            assert not rows.any()
+            eta = hyper["gate_intercept"] + (hyper["gate_coef"] @ g.x_never if g.covariate_names else 0.0)
+            np.testing.assert_allclose(rec.p_relevant_max[i], np.mean(1 / (1 + np.exp(-eta))), rtol=1e-12)
+        else:
+            assert rec.p_relevant_max[i] == rec.pair_p_relevant_mean[rows].max()

@@ -246,7 +246,7 @@ def test_run_experiment_scores_the_per_query_posterior_by_pair(hotpot_log, pair_
     assert 0 <= pq["auc"] <= 1
     assert isinstance(res.fit_health["per_query"]["divergences"], int)
     assert "fit_per_query" in res.timings
-    gated_rows = {"posterior mean tau_relevant", "posterior p_relevant_any"}
+    gated_rows = {"posterior mean tau_relevant", "posterior p_relevant_any", "posterior p_relevant_max"}
     if pair_model == "gated":
         assert gated_rows <= set(rows.index)
         for name in gated_rows:

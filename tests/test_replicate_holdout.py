@@ -120,8 +120,8 @@ def test_experiment_scores_each_ranking_on_the_held_out_evidence(conv42) -> None
 
 
 def test_posterior_scores_enter_when_fits_run(conv42) -> None:
-    # the fits' scores (memory-level tau; per-query tau_memory; gated tau_relevant and
-    # p_relevant_any), here from synthetic posteriors over the log's memories
+    # the fits' scores (memory-level tau; per-query tau_memory; gated tau_relevant,
+    # p_relevant_any and p_relevant_max), here from synthetic posteriors over the log's memories
     from cmp_bayes.estimators import estimate
     from cmp_bayes.statistics import exposure_stats
     from cmp_bayes.testing import memory_table, synthetic_posterior
@@ -134,9 +134,12 @@ def test_posterior_scores_enter_when_fits_run(conv42) -> None:
     tables = {m: estimate(log, method=m) for m in ("logged-success", "hajek")}
     scores = memory_scores(stats, tables, estimate(log, by="query", method="hajek"), fits)
     assert {"posterior mean tau", "posterior mean tau_memory", "posterior mean tau_relevant",
-            "posterior p_relevant_any"} <= set(scores)
+            "posterior p_relevant_any", "posterior p_relevant_max"} <= set(scores)
     rel = fits["query"]["posterior"]["tau_relevant"].mean(("chain", "draw"))
     np.testing.assert_allclose(scores["posterior mean tau_relevant"].reindex(ids).to_numpy(), rel.to_numpy())
+    # p_relevant_max is read as stored (identification), not averaged over draws
+    best = fits["query"]["identification"]["p_relevant_max"]
+    np.testing.assert_array_equal(scores["posterior p_relevant_max"].reindex(ids).to_numpy(), best.to_numpy())
 
 
 def test_config_and_cli(tmp_path, capsys) -> None:

@@ -5,7 +5,8 @@ Groups: ``posterior`` and ``prior`` (hyperparameters; per pair ``tau``, ``rho``,
 ``query_id`` coordinates along ``pair``; per memory ``tau_relevant``,
 ``p_relevant_any``, ``tau_memory``, ``rho_memory``, ``utility_memory``),
 ``observed_data`` per pair, ``sample_stats``, ``identification`` per memory
-(the design's status as for every fit; moments of ``tau_relevant``),
+(the design's status as for every fit; moments of ``tau_relevant``; ``p_relevant_max``, the
+best pair's P(z = 1 | data)),
 ``pair_identification`` per pair, and ``hyper_diagnostics`` when the stored draws
 are thinned below the fit's (the hyperparameters' R-hat on every draw the fit judged). Root attribute ``pair_model = "gated"``,
 ``by = "query"``. No pointwise log-likelihood and no predictive groups.
@@ -49,6 +50,13 @@ _DESCRIPTIONS: dict[str, str] = {
     "rho_memory": "retrievability: P(retrieved | in store)",
     "utility_memory": "rho_memory * tau_memory",
 }
+
+
+#: What ``identification.p_relevant_max`` of a gated posterior holds.
+P_RELEVANT_MAX_DESCRIPTION: str = (
+    "max over the memory's pairs of P(z = 1 | data) (pair_identification.p_relevant_mean): "
+    "the probability that the memory is relevant to the query it most likely serves"
+)
 
 
 def fit_gated(
@@ -114,6 +122,8 @@ def fit_gated(
         ),
         "pair_identification": pair_identification(gd, rec),
     }
+    groups["identification"]["p_relevant_max"] = ("memory", rec.p_relevant_max)
+    groups["identification"]["p_relevant_max"].attrs["description"] = P_RELEVANT_MAX_DESCRIPTION
     if extra > 1:
         # R-hat on 20 stored draws per chain is noise: the checks read the fit's own (every draw)
         recorded = hyper_diagnostics(judged[names], post[names])

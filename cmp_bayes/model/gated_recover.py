@@ -54,6 +54,10 @@ class GatedRecovered:
         Per pair: E[tau | theta, data], P(z = 1 | theta, data) and
         P(z = 1 and delta_m > 0 | theta, data), exact on the grid, averaged over
         every draw (also those whose per-draw values are not stored).
+    p_relevant_max : ndarray, shape (M,)
+        Per memory: the largest ``pair_p_relevant_mean`` over its pairs, P(z = 1 | data)
+        of the query it is most likely relevant to (a memory without pairs: the
+        never-ranked gate's prior mean).
     """
 
     tau: np.ndarray
@@ -72,6 +76,7 @@ class GatedRecovered:
     pair_tau_mean: np.ndarray
     pair_p_relevant_mean: np.ndarray
     pair_p_relevant_positive_mean: np.ndarray
+    p_relevant_max: np.ndarray
 
 
 def _segment_sum(values: np.ndarray, seg: np.ndarray, n: int) -> np.ndarray:
@@ -149,12 +154,18 @@ def recover_gated(
     y_q = np.asarray(gd.pairs["retrieved"].values, dtype=np.float64)
     n_q = np.asarray(gd.pairs["in_store"].values, dtype=np.float64)
     coefs = hyper.get("gate_coef")
+    never_acc = 0.0
     for i in range(s):
         pmf, weight, ra, rb = fn({k: v[i] for k, v in hyper.items()})
         w = np.r_[0.0, weight[0, 1:] / weight[0, 1:].sum()]  # delta: helps / hurts only
         prior = w @ pmf  # (G,)
         null_pmf = pmf[0]
         pc = class_probability(gd, hyper["gate_intercept"][i], None if coefs is None else coefs[i])
+        eta0 = float(hyper["gate_intercept"][i]) + (
+            float(gd.x_never @ coefs[i]) if coefs is not None and gd.covariate_names else 0.0
+        )
+        p_never = 1.0 / (1.0 + np.exp(-eta0))
+        never_acc += p_never
         p_inf = pc[cls[inf]]
         null_u = lik @ null_pmf  # (U,): a likelihood row's value when irrelevant
         lp = np.ones((m, pts.size))
@@ -222,10 +233,7 @@ def recover_gated(
         out["p_relevant"][j] = p_rel
         mem["tau_relevant"][j] = delta
         # a memory without pairs: one pair of the never-ranked kind, from the gate's prior
-        eta0 = float(hyper["gate_intercept"][i]) + (
-            float(gd.x_never @ coefs[i]) if coefs is not None and gd.covariate_names else 0.0
-        )
-        z0 = rng.random(m) < 1.0 / (1.0 + np.exp(-eta0))
+        z0 = rng.random(m) < p_never
         mean_tau = _segment_sum(tau, gd.pair_memory, m) / n_pairs
         mem["tau"][j] = np.where(has_pair, mean_tau, np.where(z0, delta, 0.0))
         ra_m, rb_m = ra[0], rb[0]
@@ -236,6 +244,11 @@ def recover_gated(
             mem["rho"][j] = rng.beta(ra_m, rb_m, size=m)
             out["rho"][j] = rng.beta(ra_m, rb_m, size=n)
     flush()
+    p_rel_mean = pair_acc["p_relevant"] / s
+    p_max = np.full(m, never_acc / s)
+    if n:
+        first = np.flatnonzero(np.r_[True, gd.pair_memory[1:] != gd.pair_memory[:-1]])
+        p_max[gd.pair_memory[first]] = np.maximum.reduceat(p_rel_mean, first)
     post_mean = acc["pm"] / s
     prior_mean = acc["qm"] / s
     return GatedRecovered(
@@ -247,6 +260,6 @@ def recover_gated(
         prior_mean=prior_mean,
         prior_sd=np.sqrt(np.maximum(acc["qv"] / s + acc["qm2"] / s - prior_mean**2, 0.0)),
         p_positive=acc["ppos"] / s, p_helps=acc["phelp"] / s,
-        pair_tau_mean=pair_acc["tau"] / s, pair_p_relevant_mean=pair_acc["p_relevant"] / s,
-        pair_p_relevant_positive_mean=pair_acc["p_relevant_positive"] / s,
+        pair_tau_mean=pair_acc["tau"] / s, pair_p_relevant_mean=p_rel_mean,
+        pair_p_relevant_positive_mean=pair_acc["p_relevant_positive"] / s, p_relevant_max=p_max,
     )

@@ -77,7 +77,7 @@ class ExperimentConfig:
     pair_model : {"normal", "gated"}
         The per-query fit's pair model (:attr:`ModelConfig.pair_model`):
         "gated", the relevance-gated pair model, also scores memories by its
-        ``tau_relevant`` and ``p_relevant_any`` (needs ``per_query_fit``).
+        ``tau_relevant``, ``p_relevant_any`` and ``p_relevant_max`` (needs ``per_query_fit``).
     assignment : {"balanced", "window"}
         How the ``k`` exposure slots are dealt: balanced over each store's pool
         (the paper's design), or the spec's window design, whose ``k - j``

@@ -328,7 +328,8 @@ def run_experiment(
             rows.append(_auc_row("posterior mean tau per query", "pair", ev))
             if config.pair_model == "gated":
                 for var, label in (("tau_relevant", "posterior mean tau_relevant"),
-                                   ("p_relevant_any", "posterior p_relevant_any")):
+                                   ("p_relevant_any", "posterior p_relevant_any"),
+                                   ("p_relevant_max", "posterior p_relevant_max")):
                     table = _posterior_mean_table(dq, var)
                     ev = evaluate(log, table, level="memory", n_boot=config.n_boot, seed=config.seed)
                     rows.append(_auc_row(label, "memory", ev))
@@ -356,7 +357,7 @@ def run_experiment(
         per_memory[name] = est.reindex(per_memory["memory_id"].to_numpy()).to_numpy(np.float64)
     diffs: list[dict[str, Any]] = []
     ident = (per_memory["status"] == "identified").to_numpy()
-    for method in ("posterior", "posterior mean tau_relevant", "posterior p_relevant_any"):
+    for method in ("posterior", "posterior mean tau_relevant", "posterior p_relevant_any", "posterior p_relevant_max"):
         if method not in per_memory:
             continue
         for base in ("hajek", "logged-success"):

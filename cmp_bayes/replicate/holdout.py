@@ -17,7 +17,8 @@ shows a memory at), ``hajek``, ``window SNIPW max over pairs`` (window designs:
 a memory's best window-arm pair contrast), and from the fits, when run,
 ``posterior mean tau`` (memory-level fit), ``posterior mean tau_memory`` (the
 per-query fit's memory-level tau) and, from a gated per-query fit,
-``posterior mean tau_relevant`` and ``posterior p_relevant_any``.
+``posterior mean tau_relevant``, ``posterior p_relevant_any`` and
+``posterior p_relevant_max``.
 """
 
 from __future__ import annotations
@@ -98,14 +99,20 @@ def memory_scores(
             ("tau_memory", "posterior mean tau_memory"),
             ("tau_relevant", "posterior mean tau_relevant"),
             ("p_relevant_any", "posterior p_relevant_any"),
+            ("p_relevant_max", "posterior p_relevant_max"),
         ):
-            if name in post:
+            if name in post or name in posteriors["query"]["identification"]:
                 out[label] = _posterior_mean(posteriors["query"], name)
     return out
 
 
 def _posterior_mean(dt: xr.DataTree, name: str) -> pd.Series:
-    da = dt["posterior"][name].mean(("chain", "draw"))
+    """A memory-level score: the posterior mean of a ``posterior`` variable, or an
+    ``identification`` variable as stored (``p_relevant_max`` of a gated fit)."""
+    if name in dt["posterior"]:
+        da = dt["posterior"][name].mean(("chain", "draw"))
+    else:
+        da = dt["identification"][name]
     return pd.Series(da.to_numpy().astype(np.float64), index=da["memory"].to_numpy().astype(str))
 
 

@@ -15,7 +15,7 @@ tested before (and independently of) the model:
   (:data:`GATE_HYPERPARAMETERS`).
 * ``observed_data``: the memory-level arms and ``query_steps`` over ``query``
   (steps each query of the log was asked).
-* ``identification``: per memory, as today.
+* ``identification``: per memory, as today, with ``p_relevant_max``.
 * root attributes ``pair_model = "gated"``, ``by = "query"``.
 """
 
@@ -135,11 +135,16 @@ def gated_tree(
         query_steps.to_numpy(np.int64), dims=("query",),
         coords={"query": query_steps.index.to_numpy(dtype=object)},
     )
+    identification = base["identification"].to_dataset()
+    # the best pair's P(z = 1) per memory (a memory without pairs: 0 here, no never-ranked prior)
+    best = np.zeros(len(ids))
+    np.maximum.at(best, p_mem, p_rel.mean(axis=(0, 1)))
+    identification["p_relevant_max"] = ("memory", best)
     groups = {
         "posterior": posterior,
         "observed_data": observed,
         "sample_stats": base["sample_stats"].to_dataset(),
-        "identification": base["identification"].to_dataset(),
+        "identification": identification,
     }
     dt = xr.DataTree.from_dict(groups)
     dt.attrs.update(base.attrs)
