@@ -43,20 +43,30 @@ def _inputs(seed: int, pairs_per_memory: tuple[int, ...], floor: bool = False) -
     if n > 200:
         unit[:200] = np.tile([4, 5], 100)
     q = rng.dirichlet(np.ones(G))
+    # feasibility: the share of baseline nodes with b + tau_g in [0, 1]; row 3's baseline near 1
+    # leaves no room above tau = 0, rows 0-1 are a clipped likelihood's (all ones)
+    feas = np.clip(1.0 - rng.random((7, G)) * np.linspace(0, 1, G)[None, :] ** 2, 0.0, 1.0)
+    feas[0:2] = 1.0
+    feas[3, G // 2 + 1 :] = 0.0
     if floor:
         # the null's mass only where row 6 underflows: its null term is 0, and p * L meets the floor
         q[G // 2 :] = 0.0
         q /= q.sum()
     return {
-        "lik": np.exp(loglik), "unit": unit.astype(np.int64),
+        "lik": np.exp(loglik), "feas": feas, "unit": unit.astype(np.int64),
         "starts": np.r_[0, np.cumsum(pairs_per_memory)].astype(np.int64),
         "p": rng.uniform(0.01, 0.99, size=n), "q": q, "prior": rng.dirichlet(np.ones(G)),
     }
 
 
-def _direct(lik, unit, starts, p, q, prior) -> float:
+def _null(lik, feas, q) -> np.ndarray:
+    """Each row's likelihood under the null pmf restricted to its feasible effects."""
+    return (lik @ q) / np.maximum(feas @ q, FLOOR)
+
+
+def _direct(lik, feas, unit, starts, p, q, prior) -> float:
     """sum_m log sum_g prior_g prod_i A_ig, in logs (no rescaling needed)."""
-    null = lik @ q
+    null = _null(lik, feas, q)
     log_a = np.log(np.maximum(p[:, None] * lik[unit] + ((1 - p) * null[unit])[:, None], FLOOR))
     total = 0.0
     for a, b in zip(starts[:-1], starts[1:], strict=True):
@@ -72,7 +82,7 @@ CASES = [(0, (1, 3, 2, 5)), (1, (240, 2)), (2, (1,) * 9)]
 def test_long_memory_needs_rescaling() -> None:
     x = _inputs(1, (240, 2))
     p, unit = x["p"][:240], x["unit"][:240]
-    a = p[:, None] * x["lik"][unit] + ((1 - p) * (x["lik"] @ x["q"])[unit])[:, None]
+    a = p[:, None] * x["lik"][unit] + ((1 - p) * _null(x["lik"], x["feas"], x["q"])[unit])[:, None]
     assert np.log(a).sum(axis=0).max() < np.log(_RESCALE)  # so the CASES above exercise it
 
 
@@ -103,7 +113,7 @@ def test_gradient_equals_finite_differences(seed, sizes) -> None:
 def test_floor_binds_without_breaking_value_or_gradient() -> None:
     x = _inputs(6, (3, 4, 2), floor=True)
     x["unit"][:] = 6
-    null = x["lik"] @ x["q"]
+    null = _null(x["lik"], x["feas"], x["q"])
     assert null[6] == 0.0  # so half of every term is p * 0: the floor
     value, dp, _, _ = gated_marginal_kernel(**x)
     np.testing.assert_allclose(value, _direct(**x), rtol=1e-11)
@@ -132,7 +142,7 @@ def test_op_in_a_graph_both_backends(mode) -> None:
     q_raw, prior_raw = pt.dvector("q_raw"), pt.dvector("prior_raw")
     q = pt.special.softmax(q_raw)
     prior = pt.special.softmax(prior_raw)
-    value = gated_marginal(x["lik"], x["unit"], x["starts"], pt.sigmoid(eta), q, prior)
+    value = gated_marginal(x["lik"], x["feas"], x["unit"], x["starts"], pt.sigmoid(eta), q, prior)
     grads = pytensor.grad(value, [eta, q_raw, prior_raw])
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message="Numba will use object mode")
@@ -144,7 +154,7 @@ def test_op_in_a_graph_both_backends(mode) -> None:
 
     def f(e, qr, pr) -> float:
         sq, sp = np.exp(qr - logsumexp(qr)), np.exp(pr - logsumexp(pr))
-        return _direct(x["lik"], x["unit"], x["starts"], 1 / (1 + np.exp(-e)), sq, sp)
+        return _direct(x["lik"], x["feas"], x["unit"], x["starts"], 1 / (1 + np.exp(-e)), sq, sp)
 
     np.testing.assert_allclose(got_value, f(e, qr, pr), rtol=1e-11)
     h = 1e-6

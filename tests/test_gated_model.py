@@ -153,7 +153,10 @@ def test_recovery_matches_enumeration_of_the_gates(gd) -> None:
     prior, null_pmf, p = _pieces(gd, theta)
     lik = np.ones((gd.pair_memory.size, gd.base.grid.points.size))  # a pair without exposures: flat
     lik[gd.informative] = np.exp(gd.loglik)
-    null_lik = lik @ null_pmf
+    feas = np.ones_like(lik)
+    feas[gd.informative] = gd.feas_rows[gd.lik_unit]
+    assert (feas < 1).any()  # the truncated likelihood: the null's renormalisation matters here
+    null_lik = (lik @ null_pmf) / (feas @ null_pmf)  # the null restricted to the pair's feasible effects
     pts = gd.base.grid.points
     s = 400
     hyper = {k: np.repeat(v[None], s, axis=0) for k, v in theta.items()}
@@ -166,7 +169,7 @@ def test_recovery_matches_enumeration_of_the_gates(gd) -> None:
         p_rel = np.zeros(pairs.size)
         p_pos = np.zeros(pairs.size)
         e_tau = np.zeros(pairs.size)
-        null_mean = (lik[pairs] * null_pmf) @ pts / null_lik[pairs]  # each pair's null posterior mean
+        null_mean = (lik[pairs] * null_pmf) @ pts / (lik[pairs] @ null_pmf)  # each pair's null posterior mean
         any_pos = 0.0
         # every configuration of the memory's gates, each grid value of delta
         for z in itertools.product((0, 1), repeat=pairs.size):

@@ -17,8 +17,9 @@ delta_m is the mixture's helps / hurts components (a relevant memory does
 something); an irrelevant pair's effect is the null component Normal(0, s0),
 small but not exactly 0, as in the memory-level model. Both z and delta are
 integrated out on the grid. Per pair the likelihood of delta at grid point g is
-``p_mq exp(L_mq,g) + (1 - p_mq) sum_h null_h exp(L_mq,h)`` (with s0 -> 0 the
-second term is ``exp(L_mq,0)``), where
+``p_mq exp(L_mq,g) + (1 - p_mq) sum_h null_h exp(L_mq,h) / sum_h null_h F_mq,h``
+(the null restricted to the effects the pair's baseline allows, ``F`` its
+feasibility; with s0 -> 0 the second term is ``exp(L_mq,0)``), where
 ``L_mq`` (the pair's exposed arm against its controls, :func:`pair_arms`,
 truncated to b + tau in [0, 1] under the default ``effect_bound``) is
 computed once as data; a memory's marginal likelihood is
@@ -44,8 +45,8 @@ from pytensor.tensor.variable import TensorVariable
 
 from cmp_bayes.model.build import ModelData, build_model, hyper_shapes, model_data, prior_terms
 from cmp_bayes.model.config import ModelConfig
-from cmp_bayes.model.gated_kernel import distinct_rows, gated_marginal
-from cmp_bayes.model.grid import log_likelihood
+from cmp_bayes.model.gated_kernel import FLOOR, distinct_rows, gated_marginal
+from cmp_bayes.model.grid import log_feasibility, log_likelihood
 
 #: The pair statistics the recovery and the posterior's groups read after :func:`gated_data`
 #: (the likelihood's arms and the gate's covariates are computed there): the other
@@ -85,8 +86,13 @@ class GatedData:
         Pairs with at least one exposure (pool or window arm).
     lik_rows : ndarray, shape (U, G)
         The distinct rows of ``exp(loglik)`` (pairs with equal arms share a row).
+    feas_rows : ndarray, shape (U, G)
+        Each of those rows' feasibility: the share of the pair's baseline nodes with
+        b + tau_g in [0, 1] (:func:`cmp_bayes.model.grid.log_feasibility`); all ones
+        when ``effect_bound="clip"``. The null component of a pair is renormalised
+        over it (:mod:`cmp_bayes.model.gated_kernel`).
     lik_unit : ndarray of int64, shape (Ni,)
-        Each informative pair's row of ``lik_rows``.
+        Each informative pair's row of ``lik_rows`` and ``feas_rows`` (distinct over both).
     x : ndarray, shape (N, P)
         Standardised gate covariates.
     x_never : ndarray, shape (P,)
@@ -106,6 +112,7 @@ class GatedData:
     loglik: np.ndarray
     informative: np.ndarray
     lik_rows: np.ndarray
+    feas_rows: np.ndarray
     lik_unit: np.ndarray
     x: np.ndarray
     x_never: np.ndarray
@@ -221,11 +228,15 @@ def gated_data(stats: xr.Dataset, pairs: xr.Dataset, config: ModelConfig) -> Gat
     # Clipped, each of its pairs fitted an effect slightly better than none, and over
     # LoCoMo's 31,434 randomized pairs that put the null at -0.10 and called a third of
     # all pairs relevant (reports/benchmarks/fit_pairs.md, "Clipped or truncated").
-    loglik = log_likelihood(
-        {k: v[informative] for k, v in arms.items()}, base.grid, kind, config.baseline_nodes,
-        bound=config.effect_bound,
+    inf_arms = {k: v[informative] for k, v in arms.items()}
+    loglik = log_likelihood(inf_arms, base.grid, kind, config.baseline_nodes, bound=config.effect_bound)
+    n_grid = base.grid.points.size
+    feas = (
+        np.exp(log_feasibility(inf_arms, base.grid, kind, config.baseline_nodes))
+        if config.effect_bound == "truncate" else np.ones_like(loglik)
     )
-    lik_rows, lik_unit = distinct_rows(np.exp(loglik))
+    rows, lik_unit = distinct_rows(np.hstack([np.exp(loglik), feas]))
+    lik_rows, feas_rows = np.ascontiguousarray(rows[:, :n_grid]), np.ascontiguousarray(rows[:, n_grid:])
     x, x_never, names = gate_covariates(pairs, config.rank_summary) if config.use_rank else (
         np.zeros((pair_memory.size, 0)), np.zeros(0), [])
     if x.shape[1]:
@@ -235,7 +246,7 @@ def gated_data(stats: xr.Dataset, pairs: xr.Dataset, config: ModelConfig) -> Gat
     return GatedData(
         base=base, pairs=pairs[[v for v in PAIR_VARS_KEPT if v in pairs]],
         pair_memory=pair_memory.astype(np.int64), loglik=loglik,
-        informative=informative, lik_rows=lik_rows, lik_unit=lik_unit, x=x, x_never=x_never,
+        informative=informative, lik_rows=lik_rows, feas_rows=feas_rows, lik_unit=lik_unit, x=x, x_never=x_never,
         covariate_names=names, arms=arms, class_x=class_x,
         covariate_class=np.asarray(covariate_class, dtype=np.int64).reshape(-1),
     )
@@ -309,25 +320,28 @@ def build_gated_model(gd: GatedData, config: ModelConfig) -> pm.Model:
             logit = logit + pt.dot(pt.as_tensor_variable(gd.x[inf]), coef)
         if inf.size:
             prior, null_pmf = delta_prior(h, gd.base)
-            lik, unit = gd.lik_rows, gd.lik_unit  # (U, G), row max 1; pairs with equal arms share a row
+            # (U, G), row max 1, and their feasibility; pairs with equal arms share a row
+            lik, feas, unit = gd.lik_rows, gd.feas_rows, gd.lik_unit
             pm_inf = gd.pair_memory[inf]
             starts = np.flatnonzero(np.r_[True, pm_inf[1:] != pm_inf[:-1], True])
             # sum over memories of log sum_g prior_g prod_q [p exp(L_g) + (1 - p) sum_h null_h exp(L_h)]
-            pm.Potential("tau_gated", gated_marginal(lik, unit, starts, pt.sigmoid(logit), null_pmf, prior))
+            pm.Potential("tau_gated", gated_marginal(lik, feas, unit, starts, pt.sigmoid(logit), null_pmf, prior))
     return model
 
 
 def grid_pair_likelihood(gd: GatedData, p: np.ndarray, null_pmf: np.ndarray) -> np.ndarray:
     """The gated likelihood of delta per informative pair, shape (Ni, G) (numpy).
 
-    ``p exp(L_g) + (1 - p) sum_h null_h exp(L_h)``: relevant with probability p
-    (tau = delta = tau_g), else a null effect drawn from the null pmf ``null_pmf``
-    (G,). With a null pmf that is a point mass at 0 this is the brief's
+    ``p exp(L_g) + (1 - p) sum_h null_h exp(L_h) / sum_h null_h F_h``: relevant with
+    probability p (tau = delta = tau_g), else a null effect drawn from the null pmf
+    ``null_pmf`` (G,) restricted to the effects the pair's baseline allows (``F`` its
+    feasibility row). With a null pmf that is a point mass at 0 this is the brief's
     ``p exp(L_g) + (1 - p) exp(L_0)``. ``p`` is every pair's gate probability (N,).
     """
-    lik = np.exp(gd.loglik)
+    lik = gd.lik_rows[gd.lik_unit]
+    null = (lik @ null_pmf) / np.maximum(gd.feas_rows[gd.lik_unit] @ null_pmf, FLOOR)
     pi = p[gd.informative, None]
-    return pi * lik + (1 - pi) * (lik @ null_pmf)[:, None]
+    return pi * lik + (1 - pi) * null[:, None]
 
 
 def gate_probability(gd: GatedData, intercept: float, coef: np.ndarray | None) -> np.ndarray:

@@ -6,10 +6,19 @@ a leapfrog step on all ten LoCoMo conversations (31,434 pairs x 121 grid points)
 nearly all of a fit's time. This Op computes, for every memory m with pairs i,
 
     value = sum_m log sum_g prior_g prod_i A_ig,
-    A_ig  = p_i L_ig + (1 - p_i) n_i,      n_i = sum_h L_ih q_h,
+    A_ig  = p_i L_ig + (1 - p_i) n_i,      n_i = sum_h L_ih q_h / sum_h F_ih q_h,
 
-(``L`` the pairs' grid likelihoods, row maximum 1; ``q`` the null pmf; ``prior`` the
-pmf of delta) and its gradient with respect to ``p``, ``q`` and ``prior`` in the
+(``L`` the pairs' grid likelihoods, row maximum 1; ``F`` their feasibility rows, the
+share of baseline nodes with b + tau_h in [0, 1], all ones when the likelihood clips;
+``q`` the null pmf; ``prior`` the pmf of delta) and its gradient with respect to
+``p``, ``q`` and ``prior`` in the same call. An irrelevant pair's null effect is
+the null restricted to the effects its baseline allows (renormalised), as the
+memory-level model's prior is: unrenormalised, the null's mass beyond 1 - b at a
+question whose controls always succeed counted as evidence against any null width,
+and on LoCoMo's 7,206 such randomized pairs that pressed the null's sd from its
+prior's 0.015 to 0.0003 (1,057 nats between the two) and took the gate with it. The
+relevant branch ``p L_ig`` is not renormalised: a question with no room for an
+effect of delta is evidence against relevance there. All of it in the
 same call, in probability space: a product per memory instead of a log per pair
 (rescaled when it nears underflow), and the distinct likelihood rows stored once
 (pairs with the same arms share a row: 1,083 rows for those 31,434 pairs).
@@ -40,7 +49,8 @@ _RESCALE: float = 1e-150
 
 @numba.njit(cache=False, nogil=True)
 def gated_marginal_kernel(
-    lik: np.ndarray, unit: np.ndarray, starts: np.ndarray, p: np.ndarray, q: np.ndarray, prior: np.ndarray,
+    lik: np.ndarray, feas: np.ndarray, unit: np.ndarray, starts: np.ndarray, p: np.ndarray, q: np.ndarray,
+    prior: np.ndarray,
 ) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
     """Value and gradient of the gated marginal log-likelihood.
 
@@ -48,6 +58,8 @@ def gated_marginal_kernel(
     ----------
     lik : ndarray, shape (U, G)
         Distinct pair likelihood rows on the grid (each row's maximum 1).
+    feas : ndarray, shape (U, G)
+        Each row's feasibility on the grid (in [0, 1]; ones for a clipped likelihood).
     unit : ndarray of int64, shape (N,)
         Each pair's row of ``lik``; pairs grouped by memory.
     starts : ndarray of int64, shape (S + 1,)
@@ -63,11 +75,14 @@ def gated_marginal_kernel(
     """
     n_units, n_grid = lik.shape
     null = np.empty(n_units)
+    norm = np.empty(n_units)
     for u in range(n_units):
-        s = 0.0
+        s, f = 0.0, 0.0
         for g in range(n_grid):
             s += lik[u, g] * q[g]
-        null[u] = s
+            f += feas[u, g] * q[g]
+        norm[u] = max(f, FLOOR)
+        null[u] = s / norm[u]
     dp = np.zeros(p.size)
     d_null = np.zeros(n_units)
     d_prior = np.zeros(n_grid)
@@ -118,13 +133,14 @@ def gated_marginal_kernel(
     d_q = np.zeros(n_grid)
     for u in range(n_units):
         if d_null[u] != 0.0:
+            # d n_u / d q_g = (L_ug - n_u F_ug) / sum_h F_uh q_h
             for g in range(n_grid):
-                d_q[g] += d_null[u] * lik[u, g]
+                d_q[g] += d_null[u] * (lik[u, g] - null[u] * feas[u, g]) / norm[u]
     return total, dp, d_q, d_prior
 
 
 class GatedMarginal(Op):
-    """``GatedMarginal()(lik, unit, starts, p, q, prior)`` -> (value, dp, dq, dprior).
+    """``GatedMarginal()(lik, feas, unit, starts, p, q, prior)`` -> (value, dp, dq, dprior).
 
     Only the first output is meant for graphs; the other three are its gradient,
     which ``pullback`` reads back (no second derivatives).
@@ -133,9 +149,9 @@ class GatedMarginal(Op):
     __props__ = ()
 
     def make_node(self, *inputs: Any) -> Apply:
-        lik, unit, starts, p, q, prior = (pt.as_tensor_variable(x) for x in inputs)
+        lik, feas, unit, starts, p, q, prior = (pt.as_tensor_variable(x) for x in inputs)
         outputs = [pt.dscalar(), pt.dvector(), pt.dvector(), pt.dvector()]
-        return Apply(self, [lik, unit, starts, p, q, prior], outputs)
+        return Apply(self, [lik, feas, unit, starts, p, q, prior], outputs)
 
     def perform(self, node: Apply, inputs: Sequence[Any], output_storage: list) -> None:
         value, dp, dq, dprior = gated_marginal_kernel(*inputs)
@@ -145,7 +161,7 @@ class GatedMarginal(Op):
         output_storage[3][0] = dprior
 
     def connection_pattern(self, node: Apply) -> list[list[bool]]:
-        data = [[False] * 4 for _ in range(3)]
+        data = [[False] * 4 for _ in range(4)]
         return [*data, *([[True] * 4] * 3)]
 
     def pullback(
@@ -155,17 +171,17 @@ class GatedMarginal(Op):
             raise NotImplementedError("GatedMarginal has no second derivatives")
         g = cast(TensorVariable, cotangents[0])
         grads = [g * cast(TensorVariable, o) for o in outputs[1:]]
-        return [*(disconnected_type() for _ in range(3)), *grads]
+        return [*(disconnected_type() for _ in range(4)), *grads]
 
 
 def gated_marginal(
-    lik: np.ndarray, unit: np.ndarray, starts: np.ndarray,
+    lik: np.ndarray, feas: np.ndarray, unit: np.ndarray, starts: np.ndarray,
     p: TensorVariable, q: TensorVariable, prior: TensorVariable,
 ) -> TensorVariable:
     """The summed log marginal likelihood over memories (symbolic scalar); see the module docstring."""
     outputs = cast(list[TensorVariable], GatedMarginal()(
-        np.ascontiguousarray(lik, dtype=np.float64), np.asarray(unit, dtype=np.int64),
-        np.asarray(starts, dtype=np.int64), p, q, prior,
+        np.ascontiguousarray(lik, dtype=np.float64), np.ascontiguousarray(feas, dtype=np.float64),
+        np.asarray(unit, dtype=np.int64), np.asarray(starts, dtype=np.int64), p, q, prior,
     ))
     return outputs[0]
 
@@ -191,8 +207,8 @@ def _register_numba() -> None:
         kernel = gated_marginal_kernel
 
         @numba_njit
-        def gated(lik, unit, starts, p, q, prior):  # type: ignore[no-untyped-def]
-            value, dp, dq, dprior = kernel(lik, unit, starts, p, q, prior)
+        def gated(lik, feas, unit, starts, p, q, prior):  # type: ignore[no-untyped-def]
+            value, dp, dq, dprior = kernel(lik, feas, unit, starts, p, q, prior)
             return np.asarray(value), dp, dq, dprior
 
         return gated

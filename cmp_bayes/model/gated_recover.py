@@ -3,7 +3,8 @@
 For one draw of theta (mixture shape and weights, gate coefficients, rho
 hyperparameters), with ``r_mqg = p e^{L_mq,g} / (p e^{L_mq,g} + (1 - p) n_mq)``
 the probability that pair (m, q) is relevant given delta_m = tau_g (``n_mq`` =
-``sum_h null_h e^{L_mq,h}``, the pair's likelihood when irrelevant, in place of
+``sum_h null_h e^{L_mq,h} / sum_h null_h F_mq,h``, the pair's likelihood when
+irrelevant, the null renormalised over the effects its baseline allows, in place of
 ``e^{L_mq,0}``):
 
 * delta_m's posterior on the grid is exactly
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from cmp_bayes.model.gated import GatedData, class_probability
+from cmp_bayes.model.gated_kernel import FLOOR
 from cmp_bayes.model.gated_recover_kernel import (
     class_memory_means,
     memory_products,
@@ -113,7 +115,8 @@ def recover_gated(
     slot[store] = np.arange(store.size)
     fn = compile_prior_terms(base, np.zeros(1, dtype=np.int64))
     inf = gd.informative if use_data else np.zeros(0, dtype=np.int64)
-    lik, unit = (gd.lik_rows, gd.lik_unit) if use_data else (np.ones((0, pts.size)), np.zeros(0, dtype=np.int64))
+    lik, feas, unit = (gd.lik_rows, gd.feas_rows, gd.lik_unit) if use_data else (
+        np.ones((0, pts.size)), np.ones((0, pts.size)), np.zeros(0, dtype=np.int64))
     inf_mem = gd.pair_memory[inf]
     # the memories with randomized pair data, and where each one's pairs start in ``inf``
     bounds = np.flatnonzero(np.r_[True, inf_mem[1:] != inf_mem[:-1], True]) if inf.size else np.zeros(1, np.int64)
@@ -167,7 +170,9 @@ def recover_gated(
         p_never = 1.0 / (1.0 + np.exp(-eta0))
         never_acc += p_never
         p_inf = pc[cls[inf]]
-        null_u = lik @ null_pmf  # (U,): a likelihood row's value when irrelevant
+        raw_null = lik @ null_pmf
+        # (U,): a likelihood row's value when irrelevant, the null renormalised over its feasible effects
+        null_u = raw_null / np.maximum(feas @ null_pmf, FLOOR)
         lp = np.ones((m, pts.size))
         if inf.size:
             lp[kmem] = memory_products(lik, null_u, unit, bounds, p_inf)
@@ -190,7 +195,7 @@ def recover_gated(
         # pairs with data: P(z = 1), E[tau] (z delta + (1 - z) x the pair's null posterior mean)
         # and P(z = 1 and delta > 0) given theta; "relevant" alone also counts a memory that hurts
         if inf.size:
-            null_post_mean = ((lik * null_pmf[None, :]) @ pts) / np.maximum(null_u, 1e-300)
+            null_post_mean = ((lik * null_pmf[None, :]) @ pts) / np.maximum(raw_null, 1e-300)
             p_rel_inf, e_tau_inf, p_pos_inf = pair_moments(
                 lik, null_u, null_post_mean, unit, bounds, p_inf, post[kmem], pts, first_positive,
             )

@@ -3,7 +3,7 @@
 For one draw of the hyperparameters the recovery needs, for every memory with
 randomized pair data, the product over its pairs i of
 
-    A_ig = p_i L_ig + (1 - p_i) n_i,      n_i = sum_h L_ih q_h
+    A_ig = p_i L_ig + (1 - p_i) n_i,      n_i = sum_h L_ih q_h / sum_h F_ih q_h
 
 (delta's likelihood, the terms of :mod:`cmp_bayes.model.gated_kernel`), and for
 each such pair sums over the grid weighted by its memory's posterior of delta
@@ -45,7 +45,8 @@ def memory_products(
     lik : ndarray, shape (U, G)
         Distinct pair likelihood rows (each row's maximum 1).
     null : ndarray, shape (U,)
-        Each row's likelihood under the null pmf, ``lik @ q``.
+        Each row's likelihood under the null pmf restricted to its feasible effects,
+        ``(lik @ q) / (feas @ q)``.
     unit : ndarray of int64, shape (N,)
         Each pair's row of ``lik``; pairs grouped by memory.
     starts : ndarray of int64, shape (K + 1,)
