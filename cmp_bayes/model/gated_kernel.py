@@ -48,6 +48,35 @@ _RESCALE: float = 1e-150
 
 
 @numba.njit(cache=False, nogil=True)
+def memory_product(
+    prod: np.ndarray, lik: np.ndarray, null: np.ndarray, unit: np.ndarray, p: np.ndarray, a: int, b: int,
+) -> float:
+    """Multiply ``prod`` (G,) by ``max(p_i L_ig + (1 - p_i) n_i, FLOOR)`` for pairs a..b-1.
+
+    Rescaled whenever its largest value falls below ``_RESCALE``; returns the log of
+    what the rescaling divided out (``prod`` times its exponential is the product).
+    Shared by the marginal likelihood here and the recovery's
+    (:mod:`cmp_bayes.model.gated_recover_kernel`).
+    """
+    n_grid = prod.size
+    log_scale = 0.0
+    for i in range(a, b):
+        u, pi = unit[i], p[i]
+        base = (1.0 - pi) * null[u]
+        top = 0.0
+        for g in range(n_grid):
+            term = max(pi * lik[u, g] + base, FLOOR)
+            prod[g] *= term
+            top = max(top, prod[g])
+        if top < _RESCALE:
+            # every term is at most 1, so the product only falls: scale it back up
+            for g in range(n_grid):
+                prod[g] /= top
+            log_scale += np.log(top)
+    return log_scale
+
+
+@numba.njit(cache=False, nogil=True)
 def gated_marginal_kernel(
     lik: np.ndarray, feas: np.ndarray, unit: np.ndarray, starts: np.ndarray, p: np.ndarray, q: np.ndarray,
     prior: np.ndarray,
@@ -92,20 +121,7 @@ def gated_marginal_kernel(
     for s in range(starts.size - 1):
         a, b = starts[s], starts[s + 1]
         prod[:] = 1.0
-        log_scale = 0.0
-        for i in range(a, b):
-            u, pi = unit[i], p[i]
-            base = (1.0 - pi) * null[u]
-            top = 0.0
-            for g in range(n_grid):
-                term = max(pi * lik[u, g] + base, FLOOR)
-                prod[g] *= term
-                top = max(top, prod[g])
-            if top < _RESCALE:
-                # every term is at most 1, so the product only falls: scale it back up
-                for g in range(n_grid):
-                    prod[g] /= top
-                log_scale += np.log(top)
+        log_scale = memory_product(prod, lik, null, unit, p, a, b)
         z = 0.0
         for g in range(n_grid):
             z += prior[g] * prod[g]

@@ -28,10 +28,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from cmp_bayes.model.gated_kernel import FLOOR
-
-#: A memory's running product is rescaled when its largest value falls below this.
-_RESCALE: float = 1e-150
+from cmp_bayes.model.gated_kernel import FLOOR, memory_product
 
 
 @numba.njit(cache=False, nogil=True)
@@ -63,17 +60,7 @@ def memory_products(
     out = np.ones((k_mem, n_grid))
     for k in range(k_mem):
         prod = out[k]
-        for i in range(starts[k], starts[k + 1]):
-            u, pi = unit[i], p[i]
-            base = (1.0 - pi) * null[u]
-            top = 0.0
-            for g in range(n_grid):
-                term = max(pi * lik[u, g] + base, FLOOR)
-                prod[g] *= term
-                top = max(top, prod[g])
-            if top < _RESCALE:
-                for g in range(n_grid):
-                    prod[g] /= top
+        memory_product(prod, lik, null, unit, p, starts[k], starts[k + 1])
         top = 0.0
         for g in range(n_grid):
             top = max(top, prod[g])
