@@ -274,6 +274,9 @@ def compare(log_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
     t0 = time.perf_counter()
     for m in ("logged-success", "logged-diff", "hajek"):
         row(m, "memory", evaluate(log, estimate(log, method=m), level="memory", n_boot=args.n_boot, seed=args.seed))
+    # the best rank any question gave the memory (never ranked: last), a score without CMP
+    best = pd.DataFrame({"memory_id": stats["memory"].values.astype(str), "estimate": -stats["rank_best"].values})
+    row("best rank", "memory", evaluate(log, best, level="memory", n_boot=args.n_boot, seed=args.seed))
     per_query = estimate(log, by="query", method="hajek")
     # a window design adds window-arm rows per pair: each arm is scored on its own
     arms = per_query.get("arm")
@@ -345,6 +348,9 @@ def _gated(log: Any, args: argparse.Namespace, row: Any) -> dict[str, Any]:
                               "estimate": post[var].mean(("chain", "draw")).values, "status": status})
         row(f"gated posterior mean {var}", "memory",
             evaluate_frame(log, frame, "memory", args))
+    frame = pd.DataFrame({"memory_id": post["memory"].values.astype(str),
+                          "estimate": dt["identification"]["p_relevant_max"].values, "status": status})
+    row("gated p_relevant_max", "memory", evaluate_frame(log, frame, "memory", args))
     pid = dt["pair_identification"]
     keys = pd.DataFrame({"memory_id": pid["memory_id"].values.astype(str),
                          "query_id": pid["query_id"].values.astype(str),
