@@ -18,7 +18,9 @@ and no fit, what the evidence in the log can support:
 * ceiling 2: a pair-level logistic regression of "required" fitted **on the
   labels** (log rank, retrieved, the question's success rate, their product) and
   aggregated to memories by the max (and by noisy-or): not a method, an upper
-  bound on what those signals carry together.
+  bound on what those signals carry together;
+* ceiling 3: both at once, the reached required memories first and the
+  label-fitted regression elsewhere.
 
     PYTHONPATH=$PWD .venv/bin/python benchmarks/shared_store_ceiling.py /tmp/locomo10_window \\
         --out reports/replication/shared_store_ceiling.md
@@ -113,6 +115,8 @@ def main() -> None:
         ("ceiling 1: reached required memories first, logged success elsewhere", np.where(is_reached, top, logged)),
         ("ceiling 2: label-fitted pair regression, max over pairs", fit_max),
         ("ceiling 2: label-fitted pair regression, noisy-or over pairs", fit_any),
+        ("ceiling 3: reached required memories first, label-fitted regression elsewhere",
+         np.where(is_reached, top, fit_max)),
     ]
     n_req_pairs = int(pairs["required"].sum())
     lines = [
