@@ -218,3 +218,32 @@ def test_recommend_without_o_says_where_it_wrote_and_what_reads_it(
     helptext = " ".join(capsys.readouterr().out.split())
     assert "pool.json in the current directory" in helptext
     assert "The next exposure design takes the list as its pool" in helptext
+
+
+@pytest.mark.parametrize("verb", ["decide", "recommend"])
+def test_a_reader_that_closes_the_pipe_early_loses_nothing(verb, tmp_path: Path) -> None:
+    # `cmp-bayes decide POST -o out.csv | head -1`: the summary is far longer than a pipe's
+    # buffer, so the reader's exit ends the process at a print; the file must exist by then
+    import subprocess
+    import sys
+
+    dt = synthetic_posterior(memory_table(600, seed=2), chains=2, draws=60, seed=2)
+    post = tmp_path / "post.nc"
+    save_posterior(dt, post)
+    out = tmp_path / ("decisions.csv" if verb == "decide" else "pool.json")
+    extra = ["--budget", "400"] if verb == "recommend" else []
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cmp_bayes.cli.main", "-q", verb, str(post), "-o", str(out), "--top", "600", *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    first = proc.stdout.readline()
+    proc.stdout.close()  # what `| head -1` does after its line
+    err = proc.stderr.read().decode()
+    rc = proc.wait(timeout=120)
+    assert first  # it did start printing
+    assert out.exists() and out.stat().st_size > 0
+    assert rc in (0, 141), err  # 141: ended by the closed pipe, as a SIGPIPE would
+    assert "error" not in err and "Traceback" not in err
+    if verb == "decide":
+        assert len(read_decisions_csv(out)) == 600

@@ -62,7 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Decide, print the summary, write the CSV when asked."""
+    """Decide, write the CSV when asked, print the summary."""
     import warnings
 
     from cmp_bayes.decision.rule import DecisionWarning, decide
@@ -72,9 +72,12 @@ def run(args: argparse.Namespace) -> int:
         # the summary below says the same in context
         warnings.simplefilter("ignore", DecisionWarning)
         decisions = decide(args.posterior, costs, workload=args.workload)
-    print(summary(decisions, top=args.top))
+    # the file before the summary: a reader that closes the pipe early (``| head``) ends
+    # this process at its next print, and the decisions must not be lost with it
     if args.output is not None:
         decisions.to_csv(args.output)
+    print(summary(decisions, top=args.top))
+    if args.output is not None:
         print(f"wrote {args.output} ({len(decisions)} rows)")
     return 0
 

@@ -133,7 +133,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     0 ok; 2 a user error (:class:`CmpBayesError`, a bad option or path), one
     line on stderr; 1 any other exception (a bug), one line naming the verb and
     the exception, re-raised with its traceback when :data:`DEBUG_ENV` is set
-    (to anything but "" or "0"); 130 interrupted.
+    (to anything but "" or "0"); 130 interrupted; 141 stdout's reader closed the
+    pipe (``| head``), with no message.
     """
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -153,6 +154,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write(f"cmp-bayes {args.verb}: interrupted\n")
         return 130
+    except BrokenPipeError:
+        # the reader of stdout went away (``| head``): not an error of ours, and the verbs
+        # write their files before they print; stop quietly, as a process SIGPIPE ends
+        # does, with nothing left for the exit-time flush to fail on
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 128 + 13
     except Exception as exc:  # noqa: BLE001 - a bug is one line too; DEBUG_ENV shows the traceback
         if os.environ.get(DEBUG_ENV, "").strip() not in ("", "0"):
             raise

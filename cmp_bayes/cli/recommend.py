@@ -68,7 +68,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Rank, print, write the pool."""
+    """Rank, write the pool, print."""
     from cmp_bayes.decision.recommend import recommend_exposures, write_pool
 
     costs = costs_from_args(args)
@@ -81,6 +81,9 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
     )
     chosen = table[table["selected"]]
+    # the pool before the listing: a reader that closes the pipe early (``| head``) ends this
+    # process at its next print
+    out = write_pool(table, args.output, source=str(args.posterior))
     print(
         f"{len(chosen)} of {len(table)} memories selected for {args.exposures} more exposures each; "
         f"total value of information {chosen['voi'].sum():.3f} (cost units)"
@@ -92,7 +95,6 @@ def run(args: argparse.Namespace) -> int:
             f"  {row.rank:>5}  {row.memory_id:<14} {row.action:<7} {row.status:<15} "
             f"P(useful)={row.p_useful:.3f}  VOI {row.voi:.3f}{text}"
         )
-    out = write_pool(table, args.output, source=str(args.posterior))
     # the default lands in the current directory: say where, and what reads it
     print(f"wrote {out.resolve()} (the pool: {len(chosen)} memory ids, best first)")
     print(
