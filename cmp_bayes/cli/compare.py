@@ -37,7 +37,7 @@ def names_for(paths: list[Path], names: list[str] | None) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Compare and print the table (best first); write the CSV when asked."""
+    """Compare, write the CSV when asked, and print the table (best first)."""
     import pandas as pd
 
     from cmp_bayes.reporting.checks import compare_posteriors
@@ -47,11 +47,14 @@ def run(args: argparse.Namespace) -> int:
             raise FileNotFoundError(f"no such posterior file: {p}")
     names = names_for(list(args.posteriors), args.name)
     table = compare_posteriors(dict(zip(names, args.posteriors, strict=True)))
-    with pd.option_context("display.width", 200, "display.max_columns", 30):
-        sys.stdout.write(table.to_string(index=False) + "\n")
+    out = None
     if args.output:
         from cmp_bayes.atomic import write_with
 
+        # the file first: a reader that closes the pipe early ends this process at a print
         out = write_with(args.output, lambda tmp: table.to_csv(tmp, index=False, float_format="%.10g"))
+    with pd.option_context("display.width", 200, "display.max_columns", 30):
+        sys.stdout.write(table.to_string(index=False) + "\n")
+    if out is not None:
         sys.stdout.write(f"wrote {out}\n")
     return 0
