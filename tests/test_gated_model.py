@@ -433,3 +433,47 @@ def test_p_relevant_max_is_the_best_pair_or_the_never_ranked_prior(log) -> None:
             np.testing.assert_allclose(rec.p_relevant_max[i], np.mean(1 / (1 + np.exp(-eta))), rtol=1e-12)
         else:
             assert rec.p_relevant_max[i] == rec.pair_p_relevant_mean[rows].max()
+
+
+def test_conditional_means_are_each_draws_exact_means_and_the_draws_average_to_them(log) -> None:
+    # m5's pairs dropped: a memory without pairs takes the never-ranked gate's prior
+    # and m6's and m7's q3 pairs emptied of exposures: pairs without data (the closed form)
+    pairs = exposure_stats(log, by="pair")
+    mem, qry = (np.asarray(pairs[c].values).astype(str) for c in ("memory_id", "query_id"))
+    pairs = pairs.isel(pair=np.flatnonzero(mem != "m5"))
+    empty = np.isin(mem[mem != "m5"], ["m6", "m7"]) & (qry[mem != "m5"] == "q3")
+    for name in ("exposed", "exposed_outcome_sum", "exposed_outcome_sumsq", "window_exposed", "window_exposed_w"):
+        pairs[name] = pairs[name].where(~xr.DataArray(empty, dims="pair"), 0)
+    # a null off zero: the pairs without data add (1 - p) E[null]
+    cfg = ModelConfig(pair_model="gated", prior_family="mixture", learn_null_mean=True)
+    g = gated_data(exposure_stats(log), pairs, cfg)
+    assert g.informative.size == g.pair_memory.size - 2  # pairs with and without data
+    thetas = [_theta(g, gate_intercept=v, rho_intercept=r, tau_null_mean=-0.05)
+              for v, r in ((-2.0, -1.0), (-0.5, 0.5), (0.3, 0.0))]
+    assert "tau_null_mean" in thetas[0]
+    hyper = {k: np.stack([d[k] for d in thetas]) for k in thetas[0]}
+    rec = recover_gated(g, hyper, np.random.default_rng(5), jitter=False, conditional=True, store=np.array([1]))
+    assert rec.conditional is not None and rec.tau.shape[0] == 1
+    m = g.base.memory.size
+    y, n = g.base.retrieved, g.base.in_store
+    for d in range(len(thetas)):
+        one = recover_gated(g, {k: v[d : d + 1] for k, v in hyper.items()}, np.random.default_rng(0), jitter=False)
+        np.testing.assert_allclose(rec.conditional["tau_relevant"][d], one.post_mean, rtol=1e-12, atol=1e-15)
+        # the mean of the memory's pairs' exact E[tau]; without pairs P(z = 1) E[delta]
+        sums = np.bincount(g.pair_memory, weights=one.pair_tau_mean, minlength=m)
+        counts = np.bincount(g.pair_memory, minlength=m)
+        want = np.where(counts > 0, sums / np.maximum(counts, 1), one.p_relevant_max * one.post_mean)
+        np.testing.assert_allclose(rec.conditional["tau_memory"][d], want, rtol=1e-9, atol=1e-13)
+        _, _, ra, rb = compile_prior_terms(g.base, np.zeros(1, dtype=np.int64))({k: v[d] for k, v in hyper.items()})
+        rho = (ra[0] + y) / (ra[0] + rb[0] + np.maximum(n - y, 0) + y)
+        np.testing.assert_allclose(rec.conditional["utility_memory"][d], rho * want, rtol=1e-9, atol=1e-13)
+    # and they are the expectations of the variables the recovery draws (Monte Carlo, one theta)
+    s = 2000
+    fixed = {k: np.repeat(v[1:2], s, axis=0) for k, v in hyper.items()}
+    many = recover_gated(g, fixed, np.random.default_rng(6), jitter=False, conditional=True)
+    for name, drawn in (("tau_memory", many.tau_memory), ("utility_memory", many.rho_memory * many.tau_memory),
+                        ("tau_relevant", many.tau_relevant)):
+        cond = many.conditional[name][0]
+        np.testing.assert_allclose(many.conditional[name], np.broadcast_to(cond, (s, m)), rtol=1e-12)
+        se = drawn.std(axis=0) / np.sqrt(s)
+        assert (np.abs(drawn.mean(axis=0) - cond) <= 5 * se + 1e-6).all(), name

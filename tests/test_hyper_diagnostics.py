@@ -129,6 +129,37 @@ def test_a_thinned_gated_fit_records_and_the_checks_use_it(thinned_fit: xr.DataT
     assert GROUP not in thin.children
 
 
+def test_a_thinned_gated_fit_judges_each_memory_on_every_draw(thinned_fit: xr.DataTree, tmp_path) -> None:
+    # 5 stored draws per chain give each memory an R-hat that is noise; the fit records the
+    # R-hat of each memory's conditional mean given the hyperparameters over all 200 draws
+    from cmp_bayes import Costs, decide
+    from cmp_bayes.posterior.memory_diagnostics import GROUP as MEMORY
+    from cmp_bayes.posterior.memory_diagnostics import StoredRhat, stored_tau_rhat
+
+    tree = thinned_fit
+    group = tree[MEMORY].to_dataset()
+    assert (group.attrs["fit_draws"], group.attrs["draws"], group.attrs["statistic"]) == (200, 5, "conditional_mean")
+    post = tree["posterior"].to_dataset()
+    for estimand, name in (("tau", "tau_memory"), ("utility", "utility_memory"), ("tau_relevant", "tau_relevant")):
+        stored = StoredRhat.read(tree, name, post[name])
+        assert stored is not None and stored.usable().all(), name  # the stored draws are the fit's
+        np.testing.assert_array_equal(stored.values, group[f"rhat_{estimand}"].values)
+        # the hyperparameters passed at 200 draws per chain (max R-hat in the group beside);
+        # a function of them mixes with them: rank R-hat - 1 over 4 split chains of 100 draws
+        # is about (chi2_3 / 3 - 1) / (2 ESS), below 0.05 at the 99.9% point for ESS >= 45
+        assert float(tree[GROUP]["rhat"].max()) <= 1.02
+        assert float(group[f"rhat_{estimand}"].max()) < 1.05, name
+    np.testing.assert_array_equal(stored_tau_rhat(tree), group["rhat_tau"].values)
+    # decide reads it (the rows it checked), and a saved file keeps it; a thinned save drops it
+    out = decide(tree, Costs(threshold=0.05, estimand="tau"))
+    checked = out.table["rhat"].notna().to_numpy()
+    assert checked.any()
+    np.testing.assert_array_equal(out.table["rhat"].to_numpy()[checked], group["rhat_tau"].values[checked])
+    back = load_posterior(save_posterior(tree, tmp_path / "p.nc"))
+    assert back[MEMORY].attrs["fit_draws"] == 200
+    assert MEMORY not in load_posterior(save_posterior(tree, tmp_path / "t.nc", thin=2)).children
+
+
 
 def test_the_report_shows_the_fits_rhat_and_says_so(
     thinned_fit: xr.DataTree, tmp_path, no_trace_figures: None

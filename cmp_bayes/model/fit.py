@@ -108,11 +108,8 @@ def fit(
 
         if model.pair_model == "gated":
             from cmp_bayes.model.gated_fit import fit_gated
-            from cmp_bayes.posterior.memory_diagnostics import with_memory_diagnostics
 
-            tree = with_memory_diagnostics(
-                fit_gated(stats, exposure_stats(log, by="pair"), model, scfg, meta)
-            )
+            tree = fit_gated(stats, exposure_stats(log, by="pair"), model, scfg, meta)
             tree.attrs.update(root_attrs(model, scfg, meta, tree.attrs["outcome_kind"], by="query"))
             return tree
         pair_stats = exposure_stats(log, by="query")

@@ -7,8 +7,11 @@ Groups: ``posterior`` and ``prior`` (hyperparameters; per pair ``tau``, ``rho``,
 ``observed_data`` per pair, ``sample_stats``, ``identification`` per memory
 (the design's status as for every fit; moments of ``tau_relevant``; ``p_relevant_max``, the
 best pair's P(z = 1 | data)),
-``pair_identification`` per pair, and ``hyper_diagnostics`` when the stored draws
-are thinned below the fit's (the hyperparameters' R-hat on every draw the fit judged). Root attribute ``pair_model = "gated"``,
+``pair_identification`` per pair, ``memory_diagnostics`` (each memory's R-hat), and
+``hyper_diagnostics`` when the stored draws are thinned below the fit's (the
+hyperparameters' R-hat on every draw the fit judged; then the memories' R-hats are
+those of their conditional means over every judged draw,
+:func:`cmp_bayes.posterior.memory_diagnostics.judged_memory_diagnostics`). Root attribute ``pair_model = "gated"``,
 ``by = "query"``. No pointwise log-likelihood and no predictive groups.
 """
 
@@ -86,6 +89,8 @@ def fit_gated(
     from cmp_bayes.posterior.hyper_diagnostics import GROUP as HYPER_DIAGNOSTICS
     from cmp_bayes.posterior.hyper_diagnostics import hyper_diagnostics
     from cmp_bayes.posterior.identification import identification_group
+    from cmp_bayes.posterior.memory_diagnostics import GROUP as MEMORY_DIAGNOSTICS
+    from cmp_bayes.posterior.memory_diagnostics import judged_memory_diagnostics, memory_diagnostics
     from cmp_bayes.posterior.provenance import with_memory_text
 
     gd = gated_data(stats, pairs, config)
@@ -101,7 +106,8 @@ def fit_gated(
     extra = thin_step(n_chain, n_draw, max(n_chain, PAIR_DRAW_CELLS // n_pairs))
     kept = np.arange(0, n_draw, extra)
     store = (np.arange(n_chain)[:, None] * n_draw + kept[None, :]).reshape(-1)
-    rec = recover_gated(gd, flat, rng, use_data=True, jitter=config.jitter, store=store)
+    # thinned: each memory's R-hat from its conditional means over every draw (memory_diagnostics)
+    rec = recover_gated(gd, flat, rng, use_data=True, jitter=config.jitter, store=store, conditional=extra > 1)
     judged, post = post, post.isel(draw=kept)
     prior_draws = max(1, min(config.prior_draws, PAIR_DRAW_CELLS // n_pairs))
     with model, warnings.catch_warnings():
@@ -129,6 +135,16 @@ def fit_gated(
         recorded = hyper_diagnostics(judged[names], post[names])
         if recorded is not None:
             groups[HYPER_DIAGNOSTICS] = recorded
+        assert rec.conditional is not None
+        m = gd.base.memory.size
+        mem_group = judged_memory_diagnostics(
+            groups["posterior"], {k: v.reshape(n_chain, n_draw, m) for k, v in rec.conditional.items()}
+        )
+        rec.conditional = None
+    else:
+        mem_group = memory_diagnostics(groups["posterior"])
+    if mem_group is not None:
+        groups[MEMORY_DIAGNOSTICS] = mem_group
     if meta.get("memory_text") is not None:
         groups["posterior"] = with_memory_text(groups["posterior"], meta["memory_text"])
     tree = xr.DataTree.from_dict(groups)

@@ -60,6 +60,13 @@ class GatedRecovered:
         Per memory: the largest ``pair_p_relevant_mean`` over its pairs, P(z = 1 | data)
         of the query it is most likely relevant to (a memory without pairs: the
         never-ranked gate's prior mean).
+    conditional : dict of str to ndarray, shape (S, M), float64, or None
+        With ``conditional=True``, every draw's conditional means of the memory-level
+        variables given that draw's hyperparameters and the data: ``tau_relevant``
+        (E[delta_m]), ``tau_memory`` (the mean over the memory's pairs of E[tau(m, q)];
+        a memory without pairs: the never-ranked gate's prior times E[delta_m]) and
+        ``utility_memory`` (E[rho_m] E[tau_memory]: rho is drawn independently of tau
+        given the hyperparameters). For all S draws, also those not stored.
     """
 
     tau: np.ndarray
@@ -79,6 +86,7 @@ class GatedRecovered:
     pair_p_relevant_mean: np.ndarray
     pair_p_relevant_positive_mean: np.ndarray
     p_relevant_max: np.ndarray
+    conditional: dict[str, np.ndarray] | None = None
 
 
 def _segment_sum(values: np.ndarray, seg: np.ndarray, n: int) -> np.ndarray:
@@ -93,6 +101,7 @@ def _segment_sum(values: np.ndarray, seg: np.ndarray, n: int) -> np.ndarray:
 def recover_gated(
     gd: GatedData, hyper: dict[str, np.ndarray], rng: np.random.Generator, *,
     use_data: bool = True, jitter: bool = True, store: np.ndarray | None = None,
+    conditional: bool = False,
 ) -> GatedRecovered:
     """Draw delta, z, tau and rho for each of the S hyperparameter draws (see the module docstring).
 
@@ -104,6 +113,11 @@ def recover_gated(
     The randomized pairs' terms are computed by the kernels of
     :mod:`cmp_bayes.model.gated_recover_kernel`; the pairs without data by covariate
     class and memory, averaged over the draws at the end.
+    ``conditional=True`` also returns every draw's conditional means of the
+    memory-level variables (:attr:`GatedRecovered.conditional`): given the
+    hyperparameters the recovery's draws are exact and independent, so the chains
+    can disagree on a memory only through them, and these means over all S draws are
+    what a memory's R-hat is computed on when the stored draws are thinned.
     """
     base = gd.base
     grid = base.grid
@@ -143,8 +157,22 @@ def recover_gated(
     buf_mean, buf_pos = np.empty((m, block)), np.empty((m, block))
     buf_null = np.empty(block)
     filled = 0
+    # conditional means: per draw, the sum over each memory's pairs of E[tau | theta, data]
+    cond_tau = np.zeros((s, m)) if conditional else np.zeros((0, m))
+    cond_delta = np.empty((s, m)) if conditional else np.zeros((0, m))
+    cond_rho = np.empty((s, 2)) if conditional else np.zeros((0, 2))
+    p_never_draw = np.empty(s)
+    if conditional and unf_idx.size:
+        from scipy import sparse
 
-    def flush() -> None:
+        # memory x covariate class: how many of the memory's pairs without data are in the class
+        unf_counts = sparse.csr_matrix(
+            (np.ones(unf_idx.size), (unf_mem, unf_cls)), shape=(m, n_class)
+        )
+        n_unf = np.bincount(unf_mem, minlength=m).astype(np.float64)
+
+    def flush(end: int) -> None:
+        """Add the buffered draws (those before ``end``) to the pairs without data."""
         if filled and unf_idx.size:
             sp, st, spos = class_memory_means(
                 buf_p[:, :filled], buf_mean[:, :filled], buf_pos[:, :filled], buf_null[:filled], unf_cls, unf_mem,
@@ -152,6 +180,11 @@ def recover_gated(
             pair_acc["p_relevant"][unf_idx] += sp
             pair_acc["tau"][unf_idx] += st
             pair_acc["p_relevant_positive"][unf_idx] += spos
+            if conditional:
+                # sum over the memory's pairs without data of p E[delta] + (1 - p) E[null]
+                gate_sum = np.asarray(unf_counts @ buf_p[:, :filled])  # (M, filled)
+                part = buf_mean[:, :filled] * gate_sum + buf_null[None, :filled] * (n_unf[:, None] - gate_sum)
+                cond_tau[end - filled : end] += part.T
 
     y_m, n_m = base.retrieved, base.in_store
     y_q = np.asarray(gd.pairs["retrieved"].values, dtype=np.float64)
@@ -169,6 +202,7 @@ def recover_gated(
         )
         p_never = 1.0 / (1.0 + np.exp(-eta0))
         never_acc += p_never
+        p_never_draw[i] = p_never
         p_inf = pc[cls[inf]]
         raw_null = lik @ null_pmf
         # (U,): a likelihood row's value when irrelevant, the null renormalised over its feasible effects
@@ -202,6 +236,11 @@ def recover_gated(
             pair_acc["p_relevant"][inf] += p_rel_inf
             pair_acc["tau"][inf] += e_tau_inf
             pair_acc["p_relevant_positive"][inf] += p_pos_inf
+            if conditional:
+                cond_tau[i, kmem] += np.add.reduceat(e_tau_inf, bounds[:-1])
+        if conditional:
+            cond_delta[i] = mt[:, 1]
+            cond_rho[i] = ra[0], rb[0]
         # pairs without data: z independent of delta (the likelihood is flat), P(z = 1) = p
         buf_p[:, filled] = pc
         buf_mean[:, filled] = mt[:, 1]
@@ -209,7 +248,7 @@ def recover_gated(
         buf_null[filled] = null_mean
         filled += 1
         if filled == block:
-            flush()
+            flush(i + 1)
             filled = 0
         j = slot[i]
         if j < 0:
@@ -248,7 +287,16 @@ def recover_gated(
         else:
             mem["rho"][j] = rng.beta(ra_m, rb_m, size=m)
             out["rho"][j] = rng.beta(ra_m, rb_m, size=n)
-    flush()
+    flush(s)
+    cond = None
+    if conditional:
+        tau_memory = np.where(has_pair[None, :], cond_tau / n_pairs[None, :], p_never_draw[:, None] * cond_delta)
+        del cond_tau
+        a, b = cond_rho[:, :1], cond_rho[:, 1:]
+        n_obs = np.maximum(n_m - y_m, 0.0) + y_m if use_data else np.zeros_like(n_m)
+        y_obs = y_m if use_data else np.zeros_like(y_m)
+        rho_mean = (a + y_obs[None, :]) / (a + b + n_obs[None, :])
+        cond = {"tau_relevant": cond_delta, "tau_memory": tau_memory, "utility_memory": rho_mean * tau_memory}
     p_rel_mean = pair_acc["p_relevant"] / s
     p_max = np.full(m, never_acc / s)
     if n:
@@ -267,4 +315,5 @@ def recover_gated(
         p_positive=acc["ppos"] / s, p_helps=acc["phelp"] / s,
         pair_tau_mean=pair_acc["tau"] / s, pair_p_relevant_mean=p_rel_mean,
         pair_p_relevant_positive_mean=pair_acc["p_relevant_positive"] / s, p_relevant_max=p_max,
+        conditional=cond,
     )

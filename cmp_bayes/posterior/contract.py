@@ -135,8 +135,9 @@ GROUPS: tuple[GroupContract, ...] = (
     # each exposed memory's marginal log-likelihood per draw, for PSIS-LOO; memory-level
     # fits only, over the exposed memories (a subset of the posterior's memory ids)
     GroupContract("log_likelihood", (LOG_LIKELIHOOD_VAR,), _DRAWN, _DRAWN, required=False),
-    # each memory's R-hat of tau and utility over the saved draws, computed at fit time (decide
-    # reads it instead of recomputing); posteriors written before it existed have none
+    # each memory's R-hat of tau and utility over the saved draws (a gated fit stored thinner:
+    # of their conditional means over every judged draw), computed at fit time (decide reads it
+    # instead of recomputing); posteriors written before it existed have none
     GroupContract(
         MEMORY_DIAGNOSTICS, MEMORY_DIAGNOSTICS_VARS, ("memory",), ("memory",), required=False
     ),

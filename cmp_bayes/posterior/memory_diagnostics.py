@@ -18,6 +18,20 @@ posterior keeps, and writes the optional group ``memory_diagnostics``:
 * group attributes ``chains`` and ``draws``: the (chain, draw) sizes the values
   were computed on.
 
+A gated fit on a shared store stores fewer draws than it sampled (20 per chain of
+1,000 on LoCoMo's 1.19M pairs), and R-hat on 20 draws per chain is noise: 3,198
+forgets on LoCoMo were refused at a memory R-hat of 1.125 from a fit whose
+hyperparameters passed. There the group is :func:`judged_memory_diagnostics`:
+the R-hat of each memory's **conditional mean** given the hyperparameters
+(E[tau_m | theta_s, data], from the recovery) over every draw the fit judged.
+Given theta the recovery draws exactly and independently, so the chains can
+disagree on a memory only through theta, and the conditional mean carries all of
+that disagreement. ``split_mean_<e>`` still holds the stored draws' half-chain
+means (what :class:`StoredRhat` checks), ``chains`` and ``draws`` the stored sizes,
+and the attributes ``fit_draws`` (draws per chain the R-hat saw) and ``statistic``
+(``"conditional_mean"``) say so. It also carries ``rhat_tau_relevant`` and
+``split_mean_tau_relevant`` (the gated model's delta, ``decide(estimand="relevant")``).
+
 :class:`StoredRhat` reads them back for one posterior variable, and says for
 which memories they still describe the draws: the posterior has the recorded
 (chain, draw) sizes, and the memory's half-chain means equal the recorded ones
@@ -30,6 +44,7 @@ is not one a fit or a save makes.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Final
 
 import numpy as np
@@ -41,11 +56,16 @@ from cmp_bayes.posterior.contract import (
     MEMORY_SUFFIX,
     SPLIT_DIM,
 )
+from cmp_bayes.posterior.rhat_kernel import rank_rhat
 from cmp_bayes.posterior.sampling_checks import memory_rhat
 
 #: Name of the optional group, and the estimands it stores (``rhat_<e>``, ``split_mean_<e>``).
 GROUP: Final[str] = MEMORY_DIAGNOSTICS
 ESTIMANDS: Final[tuple[str, ...]] = MEMORY_DIAGNOSTICS_ESTIMANDS
+#: ``statistic`` attribute of a group whose R-hats are of conditional means over the fit's draws.
+CONDITIONAL_MEAN: Final[str] = "conditional_mean"
+#: Memories per R-hat call (a (chunk, chain, draw) float64 copy at most ~100 MB at 2 x 1,000 draws).
+_CHUNK: Final[int] = 4096
 #: Tolerance of the half-chain means' comparison: summation order only (float64 sums).
 _RTOL: Final[float] = 1e-10
 _ATOL: Final[float] = 1e-12
@@ -122,6 +142,57 @@ def memory_diagnostics(post: xr.Dataset) -> xr.Dataset | None:
     return ds
 
 
+def judged_memory_diagnostics(stored: xr.Dataset, judged: Mapping[str, np.ndarray]) -> xr.Dataset | None:
+    """The ``memory_diagnostics`` group of a posterior stored thinner than the fit (module docstring).
+
+    Parameters
+    ----------
+    stored : xarray.Dataset
+        The ``posterior`` group as saved: each variable of ``judged`` over (chain,
+        draw, memory), ``draw`` the stored draws.
+    judged : mapping of str to numpy.ndarray
+        Posterior variable name (``tau_memory``, ``utility_memory``, ``tau_relevant``)
+        to its conditional means given each judged draw's hyperparameters, shape
+        ``(chain, fit_draw, memory)`` in ``stored``'s memory order (the variable's units).
+
+    Returns
+    -------
+    xarray.Dataset or None
+        ``rhat_<e>`` (R-hat over the judged draws) and ``split_mean_<e>`` (the
+        stored draws' half-chain means) for each estimand ``e`` (the variable name
+        less ``_memory``); None with fewer than 2 chains or 4 stored draws.
+    """
+    chains, n_draw = int(stored.sizes.get("chain", 0)), int(stored.sizes.get("draw", 0))
+    if chains < 2 or n_draw < 4 or not judged:
+        return None
+    data: dict[str, xr.DataArray] = {}
+    fit_draws = 0
+    for name, values in judged.items():
+        if values.shape[0] != chains or values.shape[2] != stored.sizes["memory"]:
+            raise ValueError(f"{name}: judged draws of shape {values.shape} for {chains} chains and "
+                             f"{stored.sizes['memory']} memories")
+        fit_draws = int(values.shape[1])
+        estimand = name.removesuffix(MEMORY_SUFFIX)
+        attrs = {"variable": name}
+        out = np.empty(values.shape[2])
+        for lo in range(0, out.size, _CHUNK):
+            out[lo : lo + _CHUNK] = rank_rhat(np.moveaxis(values[:, :, lo : lo + _CHUNK], 2, 0))
+        data[f"rhat_{estimand}"] = xr.DataArray(out, dims="memory", attrs={
+            **attrs, "description": (
+                f"rank-normalized split R-hat (max of bulk and folded) of E[{name} | hyperparameters, data] "
+                "over every draw the fit judged"),
+        })
+        da = stored[name].transpose("chain", "draw", "memory")
+        data[f"split_mean_{estimand}"] = xr.DataArray(
+            split_means(da.to_numpy()), dims=("memory", SPLIT_DIM),
+            attrs={**attrs, "description": f"mean of the stored {name} in each half-chain R-hat splits"},
+        )
+    ds = xr.Dataset(data, coords={"memory": stored["memory"].to_numpy()})
+    ds.attrs.update(chains=chains, draws=n_draw, method="rank", fit_draws=fit_draws,
+                    statistic=CONDITIONAL_MEAN)
+    return ds
+
+
 def with_memory_diagnostics(tree: xr.DataTree) -> xr.DataTree:
     """``tree`` with its ``memory_diagnostics`` group (re)computed from its ``posterior`` (in place).
 
@@ -165,7 +236,7 @@ class StoredRhat:
         group = tree[GROUP].to_dataset()
         estimand = variable.removesuffix(MEMORY_SUFFIX)
         rhat_name, mean_name = f"rhat_{estimand}", f"split_mean_{estimand}"
-        if estimand not in ESTIMANDS or rhat_name not in group or mean_name not in group:
+        if rhat_name not in group or mean_name not in group:
             return None
         if group[rhat_name].attrs.get("variable", variable) != variable:
             return None
