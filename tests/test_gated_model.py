@@ -477,3 +477,23 @@ def test_conditional_means_are_each_draws_exact_means_and_the_draws_average_to_t
         np.testing.assert_allclose(many.conditional[name], np.broadcast_to(cond, (s, m)), rtol=1e-12)
         se = drawn.std(axis=0) / np.sqrt(s)
         assert (np.abs(drawn.mean(axis=0) - cond) <= 5 * se + 1e-6).all(), name
+
+
+def test_forgets_on_a_store_average_say_so(tree, tmp_path, capsys) -> None:
+    # tau_memory of a gated posterior averages over the log's questions (N_Q here): every
+    # forget on it, and none on tau_relevant, carries the warning, the summary's sentence
+    # and the CLI's line
+    from cmp_bayes import Costs, decide, save_posterior
+    from cmp_bayes.cli.main import main
+    from cmp_bayes.decision.rule import DecisionWarning
+
+    with pytest.warns(DecisionWarning, match=f"over the log's {N_Q} questions"):
+        dec = decide(tree, Costs(estimand="tau", threshold=0.1))
+    forgets = dec.counts()["forget"]
+    assert forgets > 0 and dec.store_average == N_Q
+    assert f"{forgets} forgets on tau_memory, a shared-store average" in dec.summary()
+    assert decide(tree, Costs(estimand="relevant", threshold=0.1)).store_average is None
+    path = save_posterior(tree, tmp_path / "g.nc")
+    capsys.readouterr()
+    assert main(["decide", str(path), "--threshold", "0.1", "-o", str(tmp_path / "d.csv")]) == 0
+    assert "shared-store average:" in capsys.readouterr().out

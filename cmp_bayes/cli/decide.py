@@ -99,6 +99,11 @@ def summary(decisions: Decisions, top: int = 10) -> str:
 
         lines.append("threshold out of reach: " + out_of_reach_text(
             decisions.rule.variable, decisions.costs.threshold, decisions.out_of_reach))
+    if decisions.store_average is not None:
+        from cmp_bayes.decision.decisions import store_average_text
+
+        lines.append("shared-store average: " + store_average_text(
+            decisions.rule.variable, decisions.store_average, counts.get("forget", 0)))
     if decisions.capacity_shortfall:
         lines.append(
             f"capacity {decisions.costs.capacity} NOT met: {decisions.capacity_shortfall} more "

@@ -112,6 +112,19 @@ def out_of_reach_text(variable: str, threshold: float, top: float) -> str:
     )
 
 
+def store_average_text(variable: str, questions: int, forgets: int) -> str:
+    """The sentence for ``tau`` / ``utility`` forgets on a shared-store (gated) posterior."""
+    return (
+        f"{forgets} forgets on {variable}, a shared-store average: the gated posterior's "
+        f"{variable} averages each memory's effect over the log's {questions} questions, so a "
+        f"memory that serves one of them with effect delta scores about delta / {questions}, and a "
+        "threshold on it forgets memories whether or not they serve a question (all ten LoCoMo "
+        "conversations, threshold 0.02: 5,854 of 5,882 forgotten, 24.3% of them required, the "
+        "store's share). To keep a memory that serves some question, decide on "
+        "estimand='relevant' (or 'workload', on its per-question scale)."
+    )
+
+
 @dataclass(frozen=True, eq=False, repr=False)
 class Decisions:
     """Retain / forget / defer per memory, with what produced it.
@@ -151,6 +164,11 @@ class Decisions:
         draw (the estimand's units): every identified memory then counts as
         useless whatever its data, and the forgets are the threshold's. None
         otherwise.
+    store_average : int or None
+        On a gated (shared-store) posterior decided on ``tau`` or ``utility`` with
+        at least one forget: the number of questions ``tau_memory`` averages over
+        (the log's). Such forgets do not tell memories that serve a question from
+        the rest (:func:`store_average_text`); None otherwise.
     """
 
     table: pd.DataFrame
@@ -164,6 +182,7 @@ class Decisions:
     texts: pd.Series | None = None
     chainwise: bool = False
     out_of_reach: float | None = None
+    store_average: int | None = None
 
     def __len__(self) -> int:
         return len(self.table)
@@ -225,6 +244,8 @@ class Decisions:
             )
         if self.out_of_reach is not None:
             parts.append(out_of_reach_text(self.rule.variable, self.costs.threshold, self.out_of_reach))
+        if self.store_average is not None:
+            parts.append(store_average_text(self.rule.variable, self.store_average, c[FORGET]))
         if self.capacity_shortfall:
             parts.append(
                 f"Capacity {self.costs.capacity} is not met: {self.capacity_shortfall} more "

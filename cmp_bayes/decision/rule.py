@@ -62,12 +62,14 @@ from cmp_bayes.decision.decisions import (
     DecisionRule,
     Decisions,
     out_of_reach_text,
+    store_average_text,
 )
 from cmp_bayes.decision.draws import MemoryDraws
 from cmp_bayes.decision.preposterior import MAX_EXPOSURES, exposures_to_resolve
 from cmp_bayes.decision.reasons import note_shortfall, reason_texts, why_not_allowed
 from cmp_bayes.decision.workload import WORKLOAD_VARIABLE, read_mix
 from cmp_bayes.errors import ConfigError
+from cmp_bayes.posterior.contract import is_gated
 from cmp_bayes.posterior.health import SamplerHealth, memory_rhat, sampler_health
 from cmp_bayes.posterior.io import as_posterior
 from cmp_bayes.posterior.memory_diagnostics import StoredRhat
@@ -321,7 +323,21 @@ def decide(
         texts=texts,
         chainwise=chainwise,
         out_of_reach=out_of_reach,
+        store_average=_store_average(dt, costs, draws.variable, int((frame["action"] == FORGET).sum())),
     )
+
+
+def _store_average(dt: xr.DataTree, costs: Costs, variable: str, forgets: int) -> int | None:
+    """Forgets on a gated posterior's store-averaged ``tau`` / ``utility``: warn, and return the
+    number of questions averaged over (None when the case does not arise)."""
+    if forgets == 0 or costs.estimand not in ("tau", "utility") or not is_gated(dt.attrs):
+        return None
+    post = dt["posterior"]
+    if "query_id" not in post.coords:
+        return None
+    questions = int(pd.unique(np.asarray(post["query_id"].values)).size)
+    warnings.warn(store_average_text(variable, questions, forgets), DecisionWarning, stacklevel=3)
+    return questions
 
 
 def _out_of_reach(est: xr.DataArray, variable: str, costs: Costs) -> float:
