@@ -192,6 +192,7 @@ def test_recovery_matches_enumeration_of_the_gates(gd) -> None:
         np.testing.assert_allclose(rec.p_relevant_max[i], (p_rel / total).max(), rtol=1e-9)
         post = joint / total
         np.testing.assert_allclose(rec.post_mean[i], post @ pts, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(rec.delta_pmf[i], post, rtol=1e-9, atol=1e-15)
         # the draws of delta follow that posterior (Monte Carlo, 400 draws)
         sd = np.sqrt(post @ pts**2 - (post @ pts) ** 2)
         assert abs(rec.tau_relevant[:, i].mean() - post @ pts) < 5 * sd / np.sqrt(s) + 1e-6
@@ -497,3 +498,48 @@ def test_forgets_on_a_store_average_say_so(tree, tmp_path, capsys) -> None:
     capsys.readouterr()
     assert main(["decide", str(path), "--threshold", "0.1", "-o", str(tmp_path / "d.csv")]) == 0
     assert "shared-store average:" in capsys.readouterr().out
+
+
+def test_decide_on_relevant_takes_the_exact_grid_posterior(tree) -> None:
+    # the fit keeps delta's pmf over the grid, averaged over every judged draw; decide's
+    # P(tau_relevant > t) and mean are that pmf's, and the stored draws are a sample of it
+    from cmp_bayes import Costs, decide
+    from cmp_bayes.decision.draws import grid_summaries
+
+    grid = tree["tau_relevant_grid"].to_dataset()
+    assert grid.attrs["within_cell"] == "uniform"  # ModelConfig.jitter's default
+    pmf = grid["pmf"].to_numpy()
+    np.testing.assert_allclose(pmf.sum(axis=1), 1.0, rtol=1e-12)
+    draws = tree["posterior"]["tau_relevant"].transpose("chain", "draw", "memory").to_numpy()
+    n = draws.shape[0] * draws.shape[1]
+    for t in (0.0, 0.05, 0.2):
+        p, mean = grid_summaries(grid, t)
+        share = (draws > t).mean(axis=(0, 1))
+        # the draws of one chain are dependent through the hyperparameters only: 5 binomial sds
+        # of n draws, widened by the chains' count (2) for that dependence
+        assert (np.abs(share - p) <= 5 * np.sqrt(p * (1 - p) / n) * np.sqrt(2) + 1.5 / n).all(), t
+        dec = decide(tree, Costs(estimand="relevant", threshold=t))
+        np.testing.assert_allclose(dec.table["p_useful"].to_numpy(), p, rtol=1e-12)
+        np.testing.assert_allclose(dec.table["expected_value"].to_numpy(), mean, rtol=1e-12)
+    # and the grid's mean is delta's posterior mean up to where in the cell delta sits
+    ident = tree["identification"]["tau_mean"].to_numpy()
+    width = (grid["tau_cell_upper"] - grid["tau_cell_lower"]).to_numpy()
+    assert (np.abs(mean - ident) <= pmf @ width / 2 + 1e-12).all()
+
+
+def test_grid_summaries_count_the_share_of_a_straddling_cell() -> None:
+    from cmp_bayes.decision.draws import grid_summaries
+
+    grid = xr.Dataset(
+        {"pmf": (("memory", "tau_cell"), np.array([[0.5, 0.5], [0.0, 1.0]]))},
+        coords={"memory": ["a", "b"], "tau_cell_lower": ("tau_cell", [-0.1, 0.0]),
+                "tau_cell_upper": ("tau_cell", [0.0, 0.1]), "tau_cell_point": ("tau_cell", [-0.04, 0.05])},
+        attrs={"within_cell": "uniform"},
+    )
+    p, mean = grid_summaries(grid, 0.025)
+    np.testing.assert_allclose(p, [0.5 * 0.75, 0.75])
+    np.testing.assert_allclose(mean, [0.0, 0.05])
+    grid.attrs["within_cell"] = "point"
+    p, mean = grid_summaries(grid, 0.025)
+    np.testing.assert_allclose(p, [0.5, 1.0])
+    np.testing.assert_allclose(mean, [0.005, 0.05])

@@ -26,6 +26,7 @@ import xarray as xr
 
 from cmp_bayes.model.config import ModelConfig, SamplerConfig
 from cmp_bayes.model.gated_recover import GatedRecovered
+from cmp_bayes.posterior.contract import TAU_RELEVANT_GRID
 
 if TYPE_CHECKING:
     from cmp_bayes.model.gated import GatedData
@@ -127,6 +128,7 @@ def fit_gated(
             prior_sd=rec.prior_sd, p_positive=rec.p_positive, p_helps=rec.p_helps,
         ),
         "pair_identification": pair_identification(gd, rec),
+        TAU_RELEVANT_GRID: tau_relevant_grid(gd, rec, config.jitter),
     }
     groups["identification"]["p_relevant_max"] = ("memory", rec.p_relevant_max)
     groups["identification"]["p_relevant_max"].attrs["description"] = P_RELEVANT_MAX_DESCRIPTION
@@ -155,6 +157,31 @@ def fit_gated(
     tree.attrs["fit_attempts"] = attempts_json(attempts)
     tree.attrs["fit_attempt_kept"] = int(next(a["attempt"] for a in attempts if a["kept"]))
     return tree
+
+
+def tau_relevant_grid(gd: GatedData, rec: GatedRecovered, jitter: bool) -> xr.Dataset:
+    """The ``tau_relevant_grid`` group: delta's posterior pmf over the grid cells per memory.
+
+    ``pmf`` (float64, (memory, tau_cell), rows sum to 1) is ``rec.delta_pmf``: exact given
+    the fit's draws of the hyperparameters, averaged over every one of them (the stored
+    ``tau_relevant`` draws are a thinned Monte Carlo sample of it). ``within_cell`` says how
+    the draws place delta in its cell: ``"uniform"`` (``ModelConfig.jitter``) or ``"point"``.
+    """
+    grid = gd.base.grid
+    ds = xr.Dataset(
+        {"pmf": (("memory", "tau_cell"), rec.delta_pmf)},
+        coords={
+            "memory": gd.base.memory.astype(object),
+            "tau_cell_lower": ("tau_cell", grid.edges[:-1]),
+            "tau_cell_upper": ("tau_cell", grid.edges[1:]),
+            "tau_cell_point": ("tau_cell", grid.points),
+        },
+    )
+    ds["pmf"].attrs["description"] = (
+        "P(delta_m in the cell | data), averaged over every draw of the hyperparameters the fit judged"
+    )
+    ds.attrs["within_cell"] = "uniform" if jitter else "point"
+    return ds
 
 
 def gated_draws(ds: xr.Dataset, rec: GatedRecovered, gd: GatedData) -> xr.Dataset:

@@ -60,6 +60,9 @@ class GatedRecovered:
         Per memory: the largest ``pair_p_relevant_mean`` over its pairs, P(z = 1 | data)
         of the query it is most likely relevant to (a memory without pairs: the
         never-ranked gate's prior mean).
+    delta_pmf : ndarray, shape (M, G)
+        Per memory: delta's posterior over the grid cells, ``post_mg`` averaged over
+        every draw (exact given the draws of theta; rows sum to 1).
     conditional : dict of str to ndarray, shape (S, M), float64, or None
         With ``conditional=True``, every draw's conditional means of the memory-level
         variables given that draw's hyperparameters and the data: ``tau_relevant``
@@ -86,6 +89,7 @@ class GatedRecovered:
     pair_p_relevant_mean: np.ndarray
     pair_p_relevant_positive_mean: np.ndarray
     p_relevant_max: np.ndarray
+    delta_pmf: np.ndarray
     conditional: dict[str, np.ndarray] | None = None
 
 
@@ -148,6 +152,7 @@ def recover_gated(
     out = {k: np.empty((store.size, n), dtype=np.float32) for k in ("tau", "rho", "p_relevant")}
     mem = {k: np.empty((store.size, m), dtype=np.float32) for k in ("tau_relevant", "p_relevant_any", "rho", "tau")}
     acc = {k: np.zeros(m) for k in ("pm", "pm2", "pv", "qm", "qm2", "qv", "ppos", "phelp")}
+    pmf_acc = np.zeros((m, pts.size))
     pair_acc = {k: np.zeros(n) for k in ("tau", "p_relevant", "p_relevant_positive")}
     # the pairs without data, in blocks of draws: per draw one gate probability per covariate
     # class and E[delta], P(delta > 0) per memory (block x classes floats at most ~5M)
@@ -214,6 +219,7 @@ def recover_gated(
         resp_k = w[None, :] * comp
         marg = resp_k.sum(axis=1, keepdims=True)
         post = lp * prior[None, :] / marg  # (M, G), rows sum to 1
+        pmf_acc += post
         # moments of delta: posterior and prior (its own data excluded)
         mt = post @ basis
         acc["pm"] += mt[:, 1]
@@ -315,5 +321,5 @@ def recover_gated(
         p_positive=acc["ppos"] / s, p_helps=acc["phelp"] / s,
         pair_tau_mean=pair_acc["tau"] / s, pair_p_relevant_mean=p_rel_mean,
         pair_p_relevant_positive_mean=pair_acc["p_relevant_positive"] / s, p_relevant_max=p_max,
-        conditional=cond,
+        delta_pmf=pmf_acc / s, conditional=cond,
     )

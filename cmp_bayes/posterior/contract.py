@@ -99,6 +99,13 @@ GATED_DIMS: dict[str, tuple[str, ...]] = {
 #: The gated form's extra group: the design's identification status of every pair (``status``
 #: over ``pair``); optional.
 PAIR_IDENTIFICATION: str = "pair_identification"
+#: The gated form's group of delta's posterior on the grid: ``pmf`` over (``memory``,
+#: ``tau_cell``), each memory's P(delta_m in the cell | data) averaged over every draw the fit
+#: judged (coordinates ``tau_cell_lower``, ``tau_cell_upper``, ``tau_cell_point``; attribute
+#: ``within_cell``: ``"uniform"`` when the draws spread delta over its cell, ``"point"`` when
+#: they put it at the cell's point); optional. ``decide(estimand="relevant")`` takes
+#: P(tau_relevant > threshold) and its mean from it, exactly, instead of from the stored draws.
+TAU_RELEVANT_GRID: str = "tau_relevant_grid"
 
 
 # Root attributes are typed Mapping[Any, Any]: xarray types attrs dict[Hashable, Any], and

@@ -34,6 +34,7 @@ from cmp_bayes.posterior.contract import (
     REQUIRED_ATTRS,
     REQUIRED_GROUPS,
     SAMPLE_DIMS,
+    TAU_RELEVANT_GRID,
     compatible,
     fit_attempts,
     is_gated,
@@ -235,6 +236,18 @@ def _gated_problems(dt: xr.DataTree, post: xr.Dataset) -> list[str]:
         pid = dt[PAIR_IDENTIFICATION].to_dataset()
         if "status" not in pid.data_vars or pid["status"].dims != ("pair",):
             problems.append(f"group '{PAIR_IDENTIFICATION}' lacks variable 'status' over ('pair',)")
+    if TAU_RELEVANT_GRID in dt.children:
+        grid = dt[TAU_RELEVANT_GRID].to_dataset()
+        if "pmf" not in grid.data_vars or grid["pmf"].dims != ("memory", "tau_cell"):
+            problems.append(f"group '{TAU_RELEVANT_GRID}' lacks variable 'pmf' over ('memory', 'tau_cell')")
+        elif not np.array_equal(np.asarray(grid["memory"].values).astype(str),
+                                np.asarray(post["memory"].values).astype(str)):
+            problems.append(f"group '{TAU_RELEVANT_GRID}' and 'posterior' disagree on the memory ids")
+        missing = [c for c in ("tau_cell_lower", "tau_cell_upper", "tau_cell_point") if c not in grid.coords]
+        if missing or grid.attrs.get("within_cell") not in ("uniform", "point"):
+            problems.append(
+                f"group '{TAU_RELEVANT_GRID}' lacks coordinate(s) {missing} or a 'within_cell' of uniform/point"
+            )
     return problems
 
 
