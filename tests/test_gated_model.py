@@ -543,3 +543,40 @@ def test_grid_summaries_count_the_share_of_a_straddling_cell() -> None:
     p, mean = grid_summaries(grid, 0.025)
     np.testing.assert_allclose(p, [0.5, 1.0])
     np.testing.assert_allclose(mean, [0.005, 0.05])
+
+
+def test_the_conditional_mean_rhat_sees_chains_that_disagree(gd) -> None:
+    # two "chains" of hyperparameter draws around different gate intercepts: every memory's
+    # conditional means differ by chain, and its recorded R-hat says so; the same draws
+    # shuffled across the chains mix, and pass
+    from cmp_bayes.posterior.memory_diagnostics import judged_memory_diagnostics
+
+    rng = np.random.default_rng(7)
+    chains, draws = 2, 100
+    thetas = [_theta(gd, gate_intercept=g) for g in rng.normal(-1.5, 0.1, (chains * draws))]
+    thetas = [_theta(gd, gate_intercept=float(t["gate_intercept"]) + (1.0 if i >= draws else 0.0))
+              for i, t in enumerate(thetas)]
+    hyper = {k: np.stack([t[k] for t in thetas]) for k in thetas[0]}
+    stored = np.arange(0, chains * draws, 20)  # 5 stored draws per chain
+    m = gd.base.memory.size
+
+    def group(order: np.ndarray) -> xr.Dataset:
+        h = {k: v[order] for k, v in hyper.items()}
+        rec = recover_gated(gd, h, np.random.default_rng(0), jitter=False, store=stored, conditional=True)
+        post = xr.Dataset(
+            {"tau_memory": (("chain", "draw", "memory"), rec.tau_memory.reshape(chains, -1, m)),
+             "utility_memory": (("chain", "draw", "memory"), (rec.rho_memory * rec.tau_memory).reshape(chains, -1, m)),
+             "tau_relevant": (("chain", "draw", "memory"), rec.tau_relevant.reshape(chains, -1, m))},
+            coords={"memory": gd.base.memory},
+        )
+        out = judged_memory_diagnostics(post, {k: v.reshape(chains, draws, m) for k, v in rec.conditional.items()})
+        assert out is not None and out.attrs["fit_draws"] == draws and out.attrs["draws"] == 5
+        return out
+
+    apart = group(np.arange(chains * draws))
+    mixed = group(rng.permutation(chains * draws))
+    # the gate moves E[tau_memory] of every memory: the chains sit apart in all of them
+    assert (apart["rhat_tau"].values > 1.5).all() and (apart["rhat_utility"].values > 1.5).all()
+    # shuffled: 4 split chains of 50 independent draws; 1.1 is far above their noise
+    assert (mixed["rhat_tau"].values < 1.1).all() and (mixed["rhat_utility"].values < 1.1).all()
+    assert (mixed["rhat_tau_relevant"].values < 1.1).all()
