@@ -498,6 +498,11 @@ def test_forgets_on_a_store_average_say_so(tree, tmp_path, capsys) -> None:
     capsys.readouterr()
     assert main(["decide", str(path), "--threshold", "0.1", "-o", str(tmp_path / "d.csv")]) == 0
     assert "shared-store average:" in capsys.readouterr().out
+    # and the report's decisions section, beside the costs
+    from cmp_bayes.reporting.actions import decisions_section
+
+    section = decisions_section(dec)
+    assert f"{forgets} forgets on tau_memory, a shared-store average" in section.markdown
 
 
 def test_decide_on_relevant_takes_the_exact_grid_posterior(tree) -> None:
