@@ -480,29 +480,37 @@ def test_conditional_means_are_each_draws_exact_means_and_the_draws_average_to_t
         assert (np.abs(drawn.mean(axis=0) - cond) <= 5 * se + 1e-6).all(), name
 
 
-def test_forgets_on_a_store_average_say_so(tree, tmp_path, capsys) -> None:
-    # tau_memory of a gated posterior averages over the log's questions (N_Q here): every
-    # forget on it, and none on tau_relevant, carries the warning, the summary's sentence
-    # and the CLI's line
+def test_forgets_on_a_store_average_wait_unless_allowed(tree, tmp_path, capsys) -> None:
+    # tau_memory of a gated posterior averages over the log's questions (N_Q here): its
+    # forgets wait by default, with a reason naming estimand 'relevant'; store_average='allow'
+    # makes the same forgets, flagged; tau_relevant is not touched
     from cmp_bayes import Costs, decide, save_posterior
     from cmp_bayes.cli.main import main
     from cmp_bayes.decision.rule import DecisionWarning
+    from cmp_bayes.reporting.actions import decisions_section
 
     with pytest.warns(DecisionWarning, match=f"over the log's {N_Q} questions"):
-        dec = decide(tree, Costs(estimand="tau", threshold=0.1))
-    forgets = dec.counts()["forget"]
-    assert forgets > 0 and dec.store_average == N_Q
-    assert f"{forgets} forgets on tau_memory, a shared-store average" in dec.summary()
+        allowed = decide(tree, Costs(estimand="tau", threshold=0.1, store_average="allow"))
+    forgets = allowed.counts()["forget"]
+    assert forgets > 0 and allowed.store_average == N_Q
+    assert f"{forgets} forgets on tau_memory, a shared-store average" in allowed.summary()
+    with pytest.warns(DecisionWarning, match="deferred"):
+        waited = decide(tree, Costs(estimand="tau", threshold=0.1))
+    assert waited.counts()["forget"] == 0 and waited.store_average == N_Q
+    held = allowed.table["action"] == "forget"
+    assert (waited.table.loc[held, "action"] == "defer").all()
+    assert waited.table.loc[held, "reason"].str.contains("estimand='relevant'").all()
+    np.testing.assert_array_equal(waited.table["p_useful"], allowed.table["p_useful"])
+    assert (waited.table.loc[held, "exposures_needed"] == 0).all()  # exposures do not help
+    assert f"{forgets} forgets on tau_memory deferred" in waited.summary()
+    assert f"{forgets} forgets on tau_memory deferred" in decisions_section(waited).markdown
     assert decide(tree, Costs(estimand="relevant", threshold=0.1)).store_average is None
     path = save_posterior(tree, tmp_path / "g.nc")
     capsys.readouterr()
     assert main(["decide", str(path), "--threshold", "0.1", "-o", str(tmp_path / "d.csv")]) == 0
     assert "shared-store average:" in capsys.readouterr().out
-    # and the report's decisions section, beside the costs
-    from cmp_bayes.reporting.actions import decisions_section
-
-    section = decisions_section(dec)
-    assert f"{forgets} forgets on tau_memory, a shared-store average" in section.markdown
+    assert main(["decide", str(path), "--threshold", "0.1", "--store-average", "allow"]) == 0
+    assert f"{forgets} forget" in capsys.readouterr().out
 
 
 def test_decide_on_relevant_takes_the_exact_grid_posterior(tree) -> None:

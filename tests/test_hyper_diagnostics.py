@@ -151,7 +151,7 @@ def test_a_thinned_gated_fit_judges_each_memory_on_every_draw(thinned_fit: xr.Da
         assert float(group[f"rhat_{estimand}"].max()) < 1.05, name
     np.testing.assert_array_equal(stored_tau_rhat(tree), group["rhat_tau"].values)
     # decide reads it (the rows it checked), and a saved file keeps it; a thinned save drops it
-    out = decide(tree, Costs(threshold=0.05, estimand="tau"))
+    out = decide(tree, Costs(threshold=0.05, estimand="tau", store_average="allow"))
     checked = out.table["rhat"].notna().to_numpy()
     assert checked.any()
     np.testing.assert_array_equal(out.table["rhat"].to_numpy()[checked], group["rhat_tau"].values[checked])

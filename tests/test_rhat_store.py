@@ -136,7 +136,7 @@ def test_a_real_fit_stores_them(tmp_path) -> None:
         ({}, Costs(estimand="utility", threshold=0.002)),
         ({"per_query": True}, Costs()),
         ({}, Costs(capacity=30)),
-        ({"pair_model": "gated"}, Costs(estimand="utility", threshold=0.002)),
+        ({"pair_model": "gated"}, Costs(estimand="utility", threshold=0.002, store_average="allow")),
     ],
     ids=["tau", "utility", "per-query", "capacity", "gated"],
 )

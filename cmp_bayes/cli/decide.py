@@ -22,9 +22,11 @@ if TYPE_CHECKING:
 
 def _cost_flags() -> DataclassFlags:
     """One flag per Costs field (``--forget-cost`` ...), shared by decide and recommend."""
-    from cmp_bayes.decision.costs import ESTIMANDS, PRIOR_DRIVEN, Costs
+    from cmp_bayes.decision.costs import ESTIMANDS, PRIOR_DRIVEN, STORE_AVERAGE, Costs
 
-    return DataclassFlags(Costs, choices={"estimand": ESTIMANDS, "prior_driven": PRIOR_DRIVEN})
+    return DataclassFlags(
+        Costs, choices={"estimand": ESTIMANDS, "prior_driven": PRIOR_DRIVEN, "store_average": STORE_AVERAGE}
+    )
 
 
 def add_cost_arguments(parser: argparse.ArgumentParser) -> None:
@@ -100,10 +102,7 @@ def summary(decisions: Decisions, top: int = 10) -> str:
         lines.append("threshold out of reach: " + out_of_reach_text(
             decisions.rule.variable, decisions.costs.threshold, decisions.out_of_reach))
     if decisions.store_average is not None:
-        from cmp_bayes.decision.decisions import store_average_text
-
-        lines.append("shared-store average: " + store_average_text(
-            decisions.rule.variable, decisions.store_average, counts.get("forget", 0)))
+        lines.append("shared-store average: " + decisions.store_average_sentence())
     if decisions.capacity_shortfall:
         lines.append(
             f"capacity {decisions.costs.capacity} NOT met: {decisions.capacity_shortfall} more "

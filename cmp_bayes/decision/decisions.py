@@ -112,16 +112,22 @@ def out_of_reach_text(variable: str, threshold: float, top: float) -> str:
     )
 
 
-def store_average_text(variable: str, questions: int, forgets: int) -> str:
-    """The sentence for ``tau`` / ``utility`` forgets on a shared-store (gated) posterior."""
+def store_average_text(variable: str, questions: int, count: int, *, deferred: bool = False) -> str:
+    """The sentence for ``tau`` / ``utility`` forgets on a shared-store (gated) posterior:
+    ``count`` forgets made, or (``deferred``) deferred by ``Costs.store_average = "defer"``."""
+    what = (
+        f"{count} forgets on {variable} deferred (Costs.store_average='defer')" if deferred
+        else f"{count} forgets on {variable}, a shared-store average"
+    )
     return (
-        f"{forgets} forgets on {variable}, a shared-store average: the gated posterior's "
-        f"{variable} averages each memory's effect over the log's {questions} questions, so a "
-        f"memory that serves one of them with effect delta scores about delta / {questions}, and a "
-        "threshold on it forgets memories whether or not they serve a question (all ten LoCoMo "
-        "conversations, threshold 0.02: 5,854 of 5,882 forgotten, 24.3% of them required, the "
-        "store's share). To keep a memory that serves some question, decide on "
-        "estimand='relevant' (or 'workload', on its per-question scale)."
+        f"{what}: the gated posterior's {variable} averages each memory's effect over the "
+        f"log's {questions} questions, so a memory that serves one of them with effect delta "
+        f"scores about delta / {questions}, and a threshold on it forgets memories whether or "
+        "not they serve a question (all ten LoCoMo conversations, threshold 0.02: 5,854 of "
+        "5,882 forgotten, 24.3% of them required, the store's share). To keep a memory that "
+        "serves some question, decide on estimand='relevant' (or 'workload', on its "
+        "per-question scale)"
+        + ("; store_average='allow' makes these forgets." if deferred else ".")
     )
 
 
@@ -166,9 +172,10 @@ class Decisions:
         otherwise.
     store_average : int or None
         On a gated (shared-store) posterior decided on ``tau`` or ``utility`` with
-        at least one forget: the number of questions ``tau_memory`` averages over
-        (the log's). Such forgets do not tell memories that serve a question from
-        the rest (:func:`store_average_text`); None otherwise.
+        at least one forget made or (``Costs.store_average = "defer"``, the default)
+        deferred for it: the number of questions ``tau_memory`` averages over (the
+        log's). Such forgets do not tell memories that serve a question from the
+        rest (:func:`store_average_text`); None otherwise.
     """
 
     table: pd.DataFrame
@@ -186,6 +193,15 @@ class Decisions:
 
     def __len__(self) -> int:
         return len(self.table)
+
+    def store_average_sentence(self) -> str:
+        """:func:`store_average_text` for these decisions ("" without ``store_average``)."""
+        if self.store_average is None:
+            return ""
+        deferred = self.costs.store_average == "defer"
+        count = int(self.table["reason"].str.contains("shared-store average", regex=False).sum()) \
+            if deferred else self.counts()[FORGET]
+        return store_average_text(self.rule.variable, self.store_average, count, deferred=deferred)
 
     def counts(self) -> dict[str, int]:
         """Memories per action, every action present (``{"retain": n, ...}``)."""
@@ -245,7 +261,7 @@ class Decisions:
         if self.out_of_reach is not None:
             parts.append(out_of_reach_text(self.rule.variable, self.costs.threshold, self.out_of_reach))
         if self.store_average is not None:
-            parts.append(store_average_text(self.rule.variable, self.store_average, c[FORGET]))
+            parts.append(self.store_average_sentence())
         if self.capacity_shortfall:
             parts.append(
                 f"Capacity {self.costs.capacity} is not met: {self.capacity_shortfall} more "

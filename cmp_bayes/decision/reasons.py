@@ -21,6 +21,7 @@ def reason_texts(
     rhat_bad: np.ndarray,
     variable: str,
     chain_max: np.ndarray | None = None,
+    store_averaged: np.ndarray | None = None,
 ) -> list[str]:
     """One sentence per memory (rows of ``frame``, in order) saying what was decided and why.
 
@@ -29,7 +30,9 @@ def reason_texts(
     R-hat failed (in chainwise mode: its chains disagree). ``variable`` names the
     estimand (``tau`` or ``utility``). ``chain_max``: in chainwise mode (a fit whose
     hyperparameter R-hat failed, within ``costs.max_rhat_chainwise``), each checked
-    memory's largest per-chain P(useful); None otherwise.
+    memory's largest per-chain P(useful); None otherwise. ``store_averaged``: the rows
+    whose forget waits because the estimand is a gated posterior's store average
+    (``Costs.store_average = "defer"``); None when none does.
 
     Built case by case over whole columns (no per-row Python loop: at 100k
     memories a loop over rows dominated ``decide``); each number is formatted
@@ -109,6 +112,14 @@ def reason_texts(
             f" prior sds (floor {costs.min_mean_shift}), so not forgotten (P(useful)=", p3, "); ",
             expose,
         )
+        if store_averaged is not None:
+            put(
+                take(np.asarray(store_averaged, dtype=bool)),
+                "the rule would forget (P(useful)=", p3, f") but {variable} is a shared-store "
+                "average over the log's questions, which does not tell a memory that serves one "
+                "question from the rest: decide on estimand='relevant' "
+                "(or set store_average='allow')",
+            )
         if chain_max is not None:
             put(
                 take(rhat_bad),
@@ -226,9 +237,12 @@ def why_not_allowed(
     health: SamplerHealth,
     rhat_bad: np.ndarray,
     chainwise: bool = False,
+    store_averaged: bool = False,
 ) -> np.ndarray:
     """Per memory, a short phrase saying why it may not be forgotten ("" if it may)."""
     why = np.full(len(frame), "", dtype=object)
+    if store_averaged:
+        why[:] = "a shared-store average (store_average='defer')"
     status = frame["status"].to_numpy()
     exposed = frame["exposed"].to_numpy()
     if chainwise:

@@ -192,6 +192,12 @@ def decide(
     eligible = design_ok & floor_ok
     chainwise = _chainwise(dt, health, costs)
     allowed = eligible & (health.ok or chainwise)
+    # a gated posterior's tau / utility averages over the store's questions: its forgets wait
+    # unless the user allows them (Costs.store_average)
+    store_avg = costs.estimand in ("tau", "utility") and is_gated(dt.attrs)
+    averaged = allowed & bayes_forget if store_avg and costs.store_average == "defer" else None
+    if averaged is not None:
+        allowed = np.zeros_like(allowed)
 
     ids = draws.memory_ids
     n = len(ids)
@@ -272,13 +278,13 @@ def decide(
     frame["reason"] = pd.Series(
         reason_texts(
             frame, costs, health, bayes_forget, eligible, rhat_bad, draws.variable,
-            chain_max if chainwise else None,
+            chain_max if chainwise else None, store_averaged=averaged,
         ),
         dtype="string",
     )
     prior.annotate(frame, costs)
     if shortfall:
-        why = why_not_allowed(frame, costs, eligible, health, rhat_bad, chainwise)
+        why = why_not_allowed(frame, costs, eligible, health, rhat_bad, chainwise, store_avg and averaged is not None)
         note_shortfall(frame, rank_key, costs, shortfall, why)
         warnings.warn(
             f"capacity {costs.capacity} not met: {shortfall} more memories would have to go, "
@@ -323,21 +329,36 @@ def decide(
         texts=texts,
         chainwise=chainwise,
         out_of_reach=out_of_reach,
-        store_average=_store_average(dt, costs, draws.variable, int((frame["action"] == FORGET).sum())),
+        store_average=_store_average(
+            dt, variable=draws.variable, store_avg=store_avg,
+            forgets=int((frame["action"] == FORGET).sum()),
+            deferred=None if averaged is None else int(averaged.sum()),
+        ),
     )
 
 
-def _store_average(dt: xr.DataTree, costs: Costs, variable: str, forgets: int) -> int | None:
-    """Forgets on a gated posterior's store-averaged ``tau`` / ``utility``: warn, and return the
-    number of questions averaged over (None when the case does not arise)."""
-    if forgets == 0 or costs.estimand not in ("tau", "utility") or not is_gated(dt.attrs):
+def _store_average(
+    dt: xr.DataTree, *, variable: str, store_avg: bool, forgets: int, deferred: int | None
+) -> int | None:
+    """Forgets made, or deferred, on a gated posterior's store-averaged ``tau`` / ``utility``:
+    warn, and return the number of questions averaged over (None when the case does not arise)."""
+    count = forgets if deferred is None else deferred
+    if not store_avg or count == 0:
         return None
+    questions = store_questions(dt)
+    warnings.warn(
+        store_average_text(variable, questions, count, deferred=deferred is not None),
+        DecisionWarning, stacklevel=3,
+    )
+    return questions
+
+
+def store_questions(dt: xr.DataTree) -> int:
+    """The number of distinct questions of a gated posterior's pairs (``query_id`` along ``pair``)."""
     post = dt["posterior"]
     if "query_id" not in post.coords:
-        return None
-    questions = int(pd.unique(np.asarray(post["query_id"].values)).size)
-    warnings.warn(store_average_text(variable, questions, forgets), DecisionWarning, stacklevel=3)
-    return questions
+        return 0
+    return int(pd.unique(np.asarray(post["query_id"].values)).size)
 
 
 def _out_of_reach(est: xr.DataArray, variable: str, costs: Costs) -> float:

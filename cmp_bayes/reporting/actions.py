@@ -33,14 +33,13 @@ NEXT_POOL: int = 10
 def _caution(decisions: Decisions) -> str:
     """What ``decide`` warned of that the counts alone hide: a threshold out of reach, or
     forgets on a shared-store average (empty when neither)."""
-    from cmp_bayes.decision.decisions import out_of_reach_text, store_average_text
+    from cmp_bayes.decision.decisions import out_of_reach_text
 
     parts = []
     if decisions.out_of_reach is not None:
         parts.append(out_of_reach_text(decisions.rule.variable, decisions.costs.threshold, decisions.out_of_reach))
     if decisions.store_average is not None:
-        parts.append(store_average_text(
-            decisions.rule.variable, decisions.store_average, decisions.counts()["forget"]))
+        parts.append(decisions.store_average_sentence())
     return " ".join(parts)
 
 
