@@ -35,6 +35,7 @@ def reference_reasons(
     rhat_bad: np.ndarray,
     variable: str,
     chain_max: np.ndarray | None = None,
+    store_averaged: np.ndarray | None = None,
 ) -> list[str]:
     """One sentence per memory (rows of ``frame``, in order) saying what was decided and why.
 
@@ -89,6 +90,12 @@ def reference_reasons(
                 text = (
                     f"data moved tau by only {row.mean_shift:.2f} prior sds "
                     f"(floor {costs.min_mean_shift}), so not forgotten (P(useful)={p:.3f}); {expose}"
+                )
+            elif store_averaged is not None and store_averaged[i]:
+                text = (
+                    f"the rule would forget (P(useful)={p:.3f}) but {variable} is a shared-store "
+                    "average over the log's questions, which does not tell a memory that serves one "
+                    "question from the rest: decide on estimand='relevant' (or set store_average='allow')"
                 )
             elif chain_max is not None and rhat_bad[i]:
                 text = (
@@ -163,6 +170,7 @@ CASES = [
     ("stuck chain, chainwise", {"stuck_chain": True}, Costs(max_rhat_chainwise=1e6)),
     ("utility", {}, Costs(estimand="utility", threshold=0.002)),
     ("per query", {"per_query": True}, Costs()),
+    ("gated, store average", {"pair_model": "gated"}, Costs()),
     ("costs 5:1", {}, Costs(forget_cost=5.0, retain_cost=1.0)),
 ]
 
@@ -181,9 +189,9 @@ def test_reasons_equal_the_row_loop(name: str, kwargs: dict, costs: Costs, monke
         post = broken_memory(post, forgettable[0])
     seen: list[int] = []
 
-    def both(*args):  # type: ignore[no-untyped-def]
-        got = reason_texts(*args)
-        want = reference_reasons(*args)
+    def both(*args, **kwargs):  # type: ignore[no-untyped-def]
+        got = reason_texts(*args, **kwargs)
+        want = reference_reasons(*args, **kwargs)
         assert got == want
         seen.append(len(got))
         return got
@@ -214,7 +222,7 @@ def test_reasons_reach_every_branch() -> None:
         "data moved tau by only", "but the sampler failed its checks", "for this memory is",
         "steps: the posterior is the prior", "times, never exposed: P(useful)=",
         "but retrieved 0 of", "useful (P=", "uncertain (P(useful)=", "; retrieved 0 of",
-        "expose it 1 more time;", "more times", "retrieved 1 time but",
+        "expose it 1 more time;", "more times", "retrieved 1 time but", "is a shared-store average",
     ):
         assert any(text in r for r in seen), text
 
