@@ -119,6 +119,9 @@ def test_a_thinned_gated_fit_records_and_the_checks_use_it(thinned_fit: xr.DataT
     assert group.attrs["fit_draws"] == 200 and group.attrs["draws"] == 5
     health = sampler_health(tree)
     assert health.max_rhat == pytest.approx(float(np.nanmax(group["rhat"].values)), rel=0, abs=0)
+    # fit's line counts divergences over every sampled draw (sample_stats), not the 10 stored
+    assert tree["sample_stats"].sizes["draw"] == 200 and health.sampled_draws == 400
+    assert health.line().endswith("divergences in 400 draws")
     # the verdict decide and the report read is the one the fit's attempt was judged by
     (kept,) = [a for a in fit_attempts(tree.attrs) if a["kept"]]
     assert health.max_rhat == pytest.approx(kept["max_rhat"], rel=1e-12)

@@ -102,7 +102,11 @@ class SamplerHealth:
     divergences : int or None
         Divergent post-warmup draws (None when not recorded).
     divergence_share : float or None
-        ``divergences / (chains * draws)``.
+        ``divergences / sampled_draws``.
+    sampled_draws : int or None
+        The post-warmup draws the divergences were counted over (``sample_stats``,
+        kept whole: more than ``chains * draws`` where the posterior was thinned;
+        None when not recorded).
     max_rhat : float or None
         Largest :func:`rhat` over the hyperparameters' elements (None: one
         chain, no hyperparameters, or constant draws).
@@ -143,6 +147,7 @@ class SamplerHealth:
     gated: list[str] = field(default_factory=list)
     ok_by_estimand: dict[str, bool] = field(default_factory=dict)
     advisory_rhat: list[str] = field(default_factory=list)
+    sampled_draws: int | None = None
 
     @property
     def split(self) -> bool:
@@ -221,10 +226,8 @@ class SamplerHealth:
             rhat_txt = "R-hat n/a"
         notes = "".join(f"; {n}" for n in self.advisory_rhat)
         div = "n/a" if self.divergences is None else str(self.divergences)
-        return (
-            f"health: {self._flag()}: {rhat_txt}{notes}; "
-            f"{div} divergences in {self.chains * self.draws} draws"
-        )
+        sampled = self.chains * self.draws if self.sampled_draws is None else self.sampled_draws
+        return f"health: {self._flag()}: {rhat_txt}{notes}; {div} divergences in {sampled} draws"
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict for JSON (checks as dicts)."""
@@ -274,6 +277,7 @@ def sampler_health(
     problems: list[str] = []
 
     div_check, n_div, share = gates.divergence_check(posterior, max_divergence_share, problems)
+    counted = checks.divergences(posterior)
     elements = gates.hyper_rhat(post, hyper, chains, recorded=posterior)
     rhat_check, worst, gated = gates.rhat_check(elements, hyper, chains, max_rhat, problems, estimand)
     other = gates.advisory_rhat_check(elements, hyper, chains, max_rhat, estimand)
@@ -302,6 +306,7 @@ def sampler_health(
         draws=draws,
         divergences=n_div,
         divergence_share=share,
+        sampled_draws=None if counted is None else int(counted[1]),
         max_rhat=None if worst is None else worst[0],
         worst_variable=None if worst is None else worst[1],
         problems=problems,
