@@ -176,6 +176,9 @@ class Decisions:
         deferred for it: the number of questions ``tau_memory`` averages over (the
         log's). Such forgets do not tell memories that serve a question from the
         rest (:func:`store_average_text`); None otherwise.
+    store_average_count : int
+        Those forgets: made (``store_average = "allow"``) or deferred (``"defer"``);
+        0 without ``store_average``.
     """
 
     table: pd.DataFrame
@@ -190,6 +193,7 @@ class Decisions:
     chainwise: bool = False
     out_of_reach: float | None = None
     store_average: int | None = None
+    store_average_count: int = 0
 
     def __len__(self) -> int:
         return len(self.table)
@@ -198,10 +202,19 @@ class Decisions:
         """:func:`store_average_text` for these decisions ("" without ``store_average``)."""
         if self.store_average is None:
             return ""
-        deferred = self.costs.store_average == "defer"
-        count = int(self.table["reason"].str.contains("shared-store average", regex=False).sum()) \
-            if deferred else self.counts()[FORGET]
-        return store_average_text(self.rule.variable, self.store_average, count, deferred=deferred)
+        return store_average_text(
+            self.rule.variable, self.store_average, self.store_average_count,
+            deferred=self.costs.store_average == "defer",
+        )
+
+    def cautions(self) -> list[str]:
+        """What the counts alone hide: a threshold out of reach, forgets on a store average."""
+        parts = []
+        if self.out_of_reach is not None:
+            parts.append(out_of_reach_text(self.rule.variable, self.costs.threshold, self.out_of_reach))
+        if self.store_average is not None:
+            parts.append(self.store_average_sentence())
+        return parts
 
     def counts(self) -> dict[str, int]:
         """Memories per action, every action present (``{"retain": n, ...}``)."""
@@ -258,10 +271,7 @@ class Decisions:
                 "be the prior's decision): expose them as exposures_needed says, then decide "
                 "again."
             )
-        if self.out_of_reach is not None:
-            parts.append(out_of_reach_text(self.rule.variable, self.costs.threshold, self.out_of_reach))
-        if self.store_average is not None:
-            parts.append(self.store_average_sentence())
+        parts.extend(self.cautions())
         if self.capacity_shortfall:
             parts.append(
                 f"Capacity {self.costs.capacity} is not met: {self.capacity_shortfall} more "

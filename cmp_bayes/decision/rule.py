@@ -284,7 +284,7 @@ def decide(
     )
     prior.annotate(frame, costs)
     if shortfall:
-        why = why_not_allowed(frame, costs, eligible, health, rhat_bad, chainwise, store_avg and averaged is not None)
+        why = why_not_allowed(frame, costs, eligible, health, rhat_bad, chainwise, averaged is not None)
         note_shortfall(frame, rank_key, costs, shortfall, why)
         warnings.warn(
             f"capacity {costs.capacity} not met: {shortfall} more memories would have to go, "
@@ -310,6 +310,15 @@ def decide(
     frame["log_id"] = pd.Series([source["log_id"]] * n, dtype="string")
     texts = memory_texts(dt)
     frame = add_text(frame, texts)
+    # forgets made (store_average 'allow') or deferred ('defer') on a store average: say so
+    averaged_count = int((frame["action"] == FORGET).sum()) if averaged is None else int(averaged.sum())
+    questions = None
+    if store_avg and averaged_count:
+        questions = _store_questions(dt)
+        warnings.warn(
+            store_average_text(draws.variable, questions, averaged_count, deferred=averaged is not None),
+            DecisionWarning, stacklevel=2,
+        )
     rule = DecisionRule(
         variable=draws.variable,
         threshold=costs.threshold,
@@ -329,31 +338,12 @@ def decide(
         texts=texts,
         chainwise=chainwise,
         out_of_reach=out_of_reach,
-        store_average=_store_average(
-            dt, variable=draws.variable, store_avg=store_avg,
-            forgets=int((frame["action"] == FORGET).sum()),
-            deferred=None if averaged is None else int(averaged.sum()),
-        ),
+        store_average=questions,
+        store_average_count=averaged_count,
     )
 
 
-def _store_average(
-    dt: xr.DataTree, *, variable: str, store_avg: bool, forgets: int, deferred: int | None
-) -> int | None:
-    """Forgets made, or deferred, on a gated posterior's store-averaged ``tau`` / ``utility``:
-    warn, and return the number of questions averaged over (None when the case does not arise)."""
-    count = forgets if deferred is None else deferred
-    if not store_avg or count == 0:
-        return None
-    questions = store_questions(dt)
-    warnings.warn(
-        store_average_text(variable, questions, count, deferred=deferred is not None),
-        DecisionWarning, stacklevel=3,
-    )
-    return questions
-
-
-def store_questions(dt: xr.DataTree) -> int:
+def _store_questions(dt: xr.DataTree) -> int:
     """The number of distinct questions of a gated posterior's pairs (``query_id`` along ``pair``)."""
     post = dt["posterior"]
     if "query_id" not in post.coords:

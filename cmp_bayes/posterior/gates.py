@@ -26,8 +26,9 @@ ADVISORY_RHAT_CHECK: str = "R-hat (hyperparameters the estimand does not depend 
 
 def divergence_check(
     posterior: xr.DataTree, max_share: float, problems: list[str]
-) -> tuple[Check, int | None, float | None]:
-    """The divergence gate: (check row, divergent draws or None, their share or None).
+) -> tuple[Check, int | None, float | None, int | None]:
+    """The divergence gate: (check row, divergent draws, their share, the draws counted over;
+    each None when ``sample_stats`` records no divergences).
 
     Appends a phrase to ``problems`` when it fails or cannot be made.
     """
@@ -37,7 +38,7 @@ def divergence_check(
     counted = checks.divergences(posterior)
     if counted is None:
         problems.append("divergences not recorded (sample_stats.diverging missing)")
-        return Check(DIVERGENCE_CHECK, "n/a", threshold, None), None, None
+        return Check(DIVERGENCE_CHECK, "n/a", threshold, None), None, None, None
     n, total = counted
     share = n / max(total, 1)
     ok = share <= max_share
@@ -56,7 +57,7 @@ def divergence_check(
             "--max-attempts times); persisting divergences mean the model needs reparameterising"
         ),
     )
-    return check, n, share
+    return check, n, share, total
 
 
 #: (R-hat, element label, variable name) of each hyperparameter element, or None (one chain).

@@ -276,8 +276,7 @@ def sampler_health(
     checks.check_estimand(estimand)
     problems: list[str] = []
 
-    div_check, n_div, share = gates.divergence_check(posterior, max_divergence_share, problems)
-    counted = checks.divergences(posterior)
+    div_check, n_div, share, sampled = gates.divergence_check(posterior, max_divergence_share, problems)
     elements = gates.hyper_rhat(post, hyper, chains, recorded=posterior)
     rhat_check, worst, gated = gates.rhat_check(elements, hyper, chains, max_rhat, problems, estimand)
     other = gates.advisory_rhat_check(elements, hyper, chains, max_rhat, estimand)
@@ -306,7 +305,7 @@ def sampler_health(
         draws=draws,
         divergences=n_div,
         divergence_share=share,
-        sampled_draws=None if counted is None else int(counted[1]),
+        sampled_draws=sampled,
         max_rhat=None if worst is None else worst[0],
         worst_variable=None if worst is None else worst[1],
         problems=problems,

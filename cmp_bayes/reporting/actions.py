@@ -30,19 +30,6 @@ MAX_FORGETS_LISTED: int = 2000
 NEXT_POOL: int = 10
 
 
-def _caution(decisions: Decisions) -> str:
-    """What ``decide`` warned of that the counts alone hide: a threshold out of reach, or
-    forgets on a shared-store average (empty when neither)."""
-    from cmp_bayes.decision.decisions import out_of_reach_text
-
-    parts = []
-    if decisions.out_of_reach is not None:
-        parts.append(out_of_reach_text(decisions.rule.variable, decisions.costs.threshold, decisions.out_of_reach))
-    if decisions.store_average is not None:
-        parts.append(decisions.store_average_sentence())
-    return " ".join(parts)
-
-
 def decisions_section(
     decisions: Decisions | None,
     note: str = "",
@@ -90,9 +77,8 @@ def decisions_section(
         f"{fmt(decisions.rule.forget_below)}. decisions.csv records them on every row "
         "(estimand, threshold, forget_cost, retain_cost, forget_below)."
     )
-    caution = _caution(decisions)
-    if caution:
-        costs_text += " " + caution
+    # what decide warned of beside the costs (a threshold out of reach, a store average)
+    costs_text = " ".join([costs_text, *decisions.cautions()])
     legend = reason_legend(decisions.table)
     defs = definitions(decisions)
     why = shown.pop("reason") if "reason" in shown else None
