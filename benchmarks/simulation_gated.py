@@ -39,7 +39,7 @@ SIZE = {"memories": 200, "queries": 60, "repeats": 10}
 
 
 def one(seed: int, draws: int, preset: str = "locomo-window", monotone: bool = False) -> dict:
-    from cmp_bayes import estimate
+    from cmp_bayes import Costs, decide, estimate
     from cmp_bayes.constants import CI_PROB
     from cmp_bayes.evaluation import auc
     from cmp_bayes.model.config import ModelConfig
@@ -107,6 +107,14 @@ def one(seed: int, draws: int, preset: str = "locomo-window", monotone: bool = F
     lsucc = logged.set_index(logged["memory_id"].astype(str))["estimate"].reindex(mids).to_numpy(dtype=float)
     lsucc = np.where(np.isfinite(lsucc), lsucc, -np.inf)
     attempts = tree.attrs.get("fit_attempt_kept")
+    # harmful memories (the simulator's "misleading content": every pair it is not required for
+    # is hurt, about -0.125): a mean effect off its questions below -0.05
+    off = lab[~lab["required"].astype(bool)]
+    off_mean = off.groupby(off["memory_id"].astype(str))["utility"].mean().reindex(mids).to_numpy(dtype=float)
+    harmful = np.nan_to_num(off_mean, nan=0.0) < -0.05
+    tau_mem = post["tau_memory"].values.reshape(-1, mids.size).mean(axis=0)
+    table = decide(tree, Costs(estimand="relevant", threshold=0.0)).table.set_index("memory_id").reindex(mids)
+    forget = (table["action"] == "forget").to_numpy()
     # every labelled pair: the exact posterior means (every draw) and the retriever's rank alone
     pid = tree["pair_identification"]
     tau_mean = pid["tau_mean"].values[at]
@@ -134,6 +142,10 @@ def one(seed: int, draws: int, preset: str = "locomo-window", monotone: bool = F
         "attempt_kept": attempts,
         "auc_tau_mean_all": auc(tau_mean, req), "auc_p_relevant_all": auc(p_rel, req),
         "auc_rank_all": auc(neg_rank, req),
+        "harmful": int(harmful.sum()),
+        "auc_harm_tau_memory": auc(-tau_mem, harmful),
+        "forget_harmful": int((forget & harmful).sum()), "forget_required": int((forget & y_mem).sum()),
+        "forget_all": int(forget.sum()),
     }
 
 
@@ -275,6 +287,23 @@ def main() -> None:
     lines.append(
         f"| mean | | {mean['auc_tau_mean_all']:.3f} | {mean['auc_p_relevant_all']:.3f} | {mean['auc_rank_all']:.3f} |"
     )
+    lines += [
+        "",
+        "## Harmful memories (hurt every question they are not required for)",
+        "",
+        "Harmful: a memory whose mean true effect over the questions it is not required for is below "
+        "-0.05 (the simulator's misleading memories, about -0.125 at every pair). AUC of harmful against "
+        "the rest by minus the posterior mean of `tau_memory`; "
+        "`decide(tree, Costs(estimand=\"relevant\", threshold=0.0))`'s forgets.",
+        "",
+        "| seed | harmful | AUC -tau_memory | forgets | of them harmful | of them required |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['seed']} | {r['harmful']} | {r['auc_harm_tau_memory']:.3f} "
+            f"| {r['forget_all']} | {r['forget_harmful']} | {r['forget_required']} |"
+        )
     write_text_atomic(out, "\n".join(lines) + "\n")
     print("\n".join(lines))
 
