@@ -33,6 +33,7 @@ from cmp_bayes.model.gated import (
 from cmp_bayes.model.gated_recover import recover_gated
 from cmp_bayes.model.recover import compile_prior_terms
 from cmp_bayes.statistics import exposure_stats
+from cmp_bayes.testing.posterior import synthetic_posterior
 
 N_MEM, N_Q, T = 8, 4, 480
 STRONG = ("m0", "q0")
@@ -504,7 +505,12 @@ def test_forgets_on_a_store_average_wait_unless_allowed(tree, tmp_path, capsys) 
     assert (waited.table.loc[held, "exposures_needed"] == 0).all()  # exposures do not help
     assert f"{forgets} forgets on tau_memory deferred" in waited.summary()
     assert f"{forgets} forgets on tau_memory deferred" in decisions_section(waited).markdown
-    assert decide(tree, Costs(estimand="relevant", threshold=0.1)).store_average is None
+    assert allowed.store_average_count == forgets and waited.store_average_count == forgets
+    relevant = decide(tree, Costs(estimand="relevant", threshold=0.1))
+    assert relevant.store_average is None and relevant.store_average_count == 0
+    # a memory-level posterior's forgets are not a store average, however many there are
+    level = decide(synthetic_posterior(n_memories=40, seed=1), Costs(threshold=0.05))
+    assert level.counts()["forget"] > 0 and level.store_average_count == 0
     path = save_posterior(tree, tmp_path / "g.nc")
     capsys.readouterr()
     assert main(["decide", str(path), "--threshold", "0.1", "-o", str(tmp_path / "d.csv")]) == 0

@@ -311,7 +311,9 @@ def decide(
     texts = memory_texts(dt)
     frame = add_text(frame, texts)
     # forgets made (store_average 'allow') or deferred ('defer') on a store average: say so
-    averaged_count = int((frame["action"] == FORGET).sum()) if averaged is None else int(averaged.sum())
+    averaged_count = 0
+    if store_avg:
+        averaged_count = int((frame["action"] == FORGET).sum()) if averaged is None else int(averaged.sum())
     questions = None
     if store_avg and averaged_count:
         questions = _store_questions(dt)
