@@ -269,6 +269,18 @@ def test_contract_save_load_and_refusal(tree, tmp_path) -> None:
     broken["posterior"] = xr.DataTree(post.to_dataset().drop_vars("p_relevant_any"))
     with pytest.raises(PosteriorError, match="p_relevant_any"):
         check_posterior(broken)
+    # the exact grid group: each malformation named on its own
+    grid = tree["tau_relevant_grid"].to_dataset()
+    no_coord = tree.copy()
+    no_coord["tau_relevant_grid"] = xr.DataTree(grid.drop_vars("tau_cell_point"))
+    with pytest.raises(PosteriorError, match="lacks coordinate\\(s\\) tau_cell_point"):
+        check_posterior(no_coord)
+    odd = tree.copy()
+    odd_grid = grid.copy()
+    odd_grid.attrs["within_cell"] = "spread"
+    odd["tau_relevant_grid"] = xr.DataTree(odd_grid)
+    with pytest.raises(PosteriorError, match="within_cell='spread', not 'uniform' or 'point'"):
+        check_posterior(odd)
 
 
 def test_decide_report_and_config_errors(tree, log, tmp_path) -> None:

@@ -244,9 +244,12 @@ def _gated_problems(dt: xr.DataTree, post: xr.Dataset) -> list[str]:
                                 np.asarray(post["memory"].values).astype(str)):
             problems.append(f"group '{TAU_RELEVANT_GRID}' and 'posterior' disagree on the memory ids")
         missing = [c for c in ("tau_cell_lower", "tau_cell_upper", "tau_cell_point") if c not in grid.coords]
-        if missing or grid.attrs.get("within_cell") not in ("uniform", "point"):
+        if missing:
+            problems.append(f"group '{TAU_RELEVANT_GRID}' lacks coordinate(s) {', '.join(missing)}")
+        if grid.attrs.get("within_cell") not in ("uniform", "point"):
             problems.append(
-                f"group '{TAU_RELEVANT_GRID}' lacks coordinate(s) {missing} or a 'within_cell' of uniform/point"
+                f"group '{TAU_RELEVANT_GRID}' has within_cell={grid.attrs.get('within_cell')!r}, "
+                "not 'uniform' or 'point'"
             )
     return problems
 
